@@ -1,0 +1,478 @@
+//! Python environments ([`EnvManager`]): one virtual environment per distinct
+//! `requirements.lock` content, with a pinned pytest, built once and cached.
+//!
+//! The interpreter is found on the machine ([`find_interpreter`]). Environments
+//! are built with uv when it is on `PATH` (or named by `PDL_SWE_UV`), otherwise
+//! with the interpreter's own `venv` and pip, and their bytecode is compiled at
+//! install time so no test run has to. A finished environment carries a
+//! `pdl-env.json` marker with its digest; a cached one is used as is, offline.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::record::EnvironmentInfo;
+
+/// The harness's own test dependencies, pinned. Conditional lines serve older
+/// interpreters.
+pub const HARNESS_REQUIREMENTS: &str = "\
+pytest==8.3.5
+pluggy==1.5.0
+iniconfig==2.0.0
+packaging==24.2
+exceptiongroup==1.2.2; python_version < \"3.11\"
+tomli==2.2.1; python_version < \"3.11\"
+";
+
+const MARKER: &str = "pdl-env.json";
+const LAYOUT_VERSION: &str = "pdl-swe-env-1";
+
+/// A Python interpreter found on the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonInterpreter {
+    /// Resolved path of the executable.
+    pub executable: PathBuf,
+    /// `major.minor.micro`.
+    pub version: String,
+    /// `sys.base_prefix`: the installation the interpreter runs from.
+    pub base_prefix: PathBuf,
+}
+
+/// A ready virtual environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonEnv {
+    /// The environment's folder.
+    pub root: PathBuf,
+    /// Its interpreter (`<root>/bin/python`).
+    pub python: PathBuf,
+    /// Version, packages, digest.
+    pub info: EnvironmentInfo,
+    /// Host paths a sandboxed run needs to read to use this environment.
+    pub readable_paths: Vec<PathBuf>,
+}
+
+/// Why an environment is not available.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    /// No usable Python 3 interpreter.
+    #[error(
+        "no Python 3.8+ interpreter found (tried {tried}); install Python 3 or pass --python PATH"
+    )]
+    NoInterpreter {
+        /// What was tried.
+        tried: String,
+    },
+    /// Building the environment failed.
+    #[error("cannot build the Python environment for requirements `{requirements}`: {step} failed:\n{output}\nhint: {hint}")]
+    Build {
+        /// The normalized requirement lines.
+        requirements: String,
+        /// The step that failed.
+        step: String,
+        /// The tail of its output.
+        output: String,
+        /// What to do about it.
+        hint: String,
+    },
+    /// The cache folder is not usable.
+    #[error("environment cache {path}: {message}")]
+    Cache {
+        /// The folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn probe(candidate: &Path) -> Option<PythonInterpreter> {
+    let script = "import json, os, sys; print(json.dumps([os.path.realpath(sys.executable), '%d.%d.%d' % sys.version_info[:3], sys.base_prefix, sys.version_info >= (3, 8)]))";
+    let output = Command::new(candidate)
+        .args(["-I", "-c", script])
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let (exe, version, prefix, ok): (String, String, String, bool) =
+        serde_json::from_slice(&output.stdout).ok()?;
+    ok.then(|| PythonInterpreter {
+        executable: PathBuf::from(exe),
+        version,
+        base_prefix: PathBuf::from(prefix),
+    })
+}
+
+/// Finds a Python 3.8+ interpreter: `explicit`, then `$PDL_SWE_PYTHON`, then
+/// `python3` and `python` on `PATH`.
+pub fn find_interpreter(explicit: Option<&Path>) -> Result<PythonInterpreter, EnvError> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else {
+        if let Some(p) = std::env::var_os("PDL_SWE_PYTHON") {
+            candidates.push(PathBuf::from(p));
+        }
+        candidates.push("python3".into());
+        candidates.push("python".into());
+    }
+    for c in &candidates {
+        if let Some(found) = probe(c) {
+            return Ok(found);
+        }
+    }
+    Err(EnvError::NoInterpreter {
+        tried: candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// A lock file's requirement lines without comments or blanks, sorted.
+pub fn normalize_requirements(lock: &str) -> Vec<String> {
+    let mut lines: Vec<String> = lock
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines
+}
+
+/// How environments are built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installer {
+    /// uv at this path.
+    Uv(PathBuf),
+    /// The interpreter's venv module and pip.
+    Pip,
+}
+
+fn find_uv() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PDL_SWE_UV") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("uv"))
+        .find(|p| p.is_file())
+}
+
+/// Builds and caches environments.
+pub struct EnvManager {
+    cache_root: PathBuf,
+    interpreter: PythonInterpreter,
+    installer: Installer,
+    ready: Mutex<HashMap<String, Arc<Mutex<Option<Arc<PythonEnv>>>>>>,
+}
+
+impl std::fmt::Debug for EnvManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvManager")
+            .field("cache_root", &self.cache_root)
+            .field("interpreter", &self.interpreter)
+            .field("installer", &self.installer)
+            .finish()
+    }
+}
+
+fn tail(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let start = text.len().saturating_sub(max);
+    let start = (start..text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    text[start..].trim().to_string()
+}
+
+impl EnvManager {
+    /// An environment manager caching under `cache_root/venvs`.
+    pub fn new(cache_root: PathBuf, interpreter: PythonInterpreter) -> Self {
+        let installer = find_uv().map_or(Installer::Pip, Installer::Uv);
+        EnvManager {
+            cache_root,
+            interpreter,
+            installer,
+            ready: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Overrides the installer.
+    pub fn with_installer(mut self, installer: Installer) -> Self {
+        self.installer = installer;
+        self
+    }
+
+    /// The interpreter environments are built from.
+    pub fn interpreter(&self) -> &PythonInterpreter {
+        &self.interpreter
+    }
+
+    /// The installer in use.
+    pub fn installer(&self) -> &Installer {
+        &self.installer
+    }
+
+    fn key(&self, requirements: &[String]) -> String {
+        let mut h = Sha256::new();
+        h.update(LAYOUT_VERSION.as_bytes());
+        h.update(self.interpreter.executable.to_string_lossy().as_bytes());
+        h.update(self.interpreter.version.as_bytes());
+        h.update(HARNESS_REQUIREMENTS.as_bytes());
+        for r in requirements {
+            h.update(r.as_bytes());
+            h.update(b"\n");
+        }
+        hex::encode(h.finalize())[..16].to_string()
+    }
+
+    /// The environment for a task's `requirements.lock` content, built on first
+    /// use. Safe to call from many threads and processes at once.
+    pub fn ensure(&self, lock: &str) -> Result<Arc<PythonEnv>, EnvError> {
+        let requirements = normalize_requirements(lock);
+        let key = self.key(&requirements);
+        let slot = self
+            .ready
+            .lock()
+            .expect("env map lock")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().expect("env slot lock");
+        if let Some(env) = slot.as_ref() {
+            return Ok(env.clone());
+        }
+        let env = Arc::new(self.ensure_on_disk(&key, &requirements)?);
+        *slot = Some(env.clone());
+        Ok(env)
+    }
+
+    fn readable_paths(&self, root: &Path) -> Vec<PathBuf> {
+        let mut paths = vec![root.to_path_buf(), self.interpreter.base_prefix.clone()];
+        if let Some(dir) = self.interpreter.executable.parent() {
+            if !dir.starts_with(&self.interpreter.base_prefix) {
+                paths.push(dir.to_path_buf());
+            }
+        }
+        paths
+    }
+
+    fn ensure_on_disk(&self, key: &str, requirements: &[String]) -> Result<PythonEnv, EnvError> {
+        let venvs = self.cache_root.join("venvs");
+        let cache_err = |message: String| EnvError::Cache {
+            path: venvs.clone(),
+            message,
+        };
+        std::fs::create_dir_all(&venvs).map_err(|e| cache_err(e.to_string()))?;
+        let root = venvs.join(key);
+        let lock_path = venvs.join(format!("{key}.lock"));
+        let lock_file = File::create(&lock_path).map_err(|e| cache_err(e.to_string()))?;
+        lock_file
+            .lock()
+            .map_err(|e| cache_err(format!("cannot lock {}: {e}", lock_path.display())))?;
+        let marker = root.join(MARKER);
+        if let Ok(text) = std::fs::read_to_string(&marker) {
+            if let Ok(info) = serde_json::from_str::<EnvironmentInfo>(&text) {
+                if root.join("bin/python").exists() {
+                    return Ok(PythonEnv {
+                        python: root.join("bin/python"),
+                        info,
+                        readable_paths: self.readable_paths(&root),
+                        root,
+                    });
+                }
+            }
+        }
+        if root.exists() {
+            std::fs::remove_dir_all(&root)
+                .map_err(|e| cache_err(format!("cannot clear a half-built environment: {e}")))?;
+        }
+        let info = self.build(&root, requirements)?;
+        std::fs::write(
+            &marker,
+            serde_json::to_vec_pretty(&info).expect("info serializes"),
+        )
+        .map_err(|e| cache_err(e.to_string()))?;
+        Ok(PythonEnv {
+            python: root.join("bin/python"),
+            info,
+            readable_paths: self.readable_paths(&root),
+            root,
+        })
+    }
+
+    fn run_step(
+        &self,
+        step: &str,
+        cmd: &mut Command,
+        requirements: &[String],
+    ) -> Result<(), EnvError> {
+        let shown = requirements.join(" ");
+        let output = cmd.output().map_err(|e| EnvError::Build {
+            requirements: shown.clone(),
+            step: step.to_string(),
+            output: e.to_string(),
+            hint: "is the tool installed and on PATH?".into(),
+        })?;
+        if output.status.success() {
+            return Ok(());
+        }
+        let mut combined = output.stdout.clone();
+        combined.extend_from_slice(&output.stderr);
+        let text = tail(&combined, 3000);
+        let lowered = text.to_lowercase();
+        let hint = if lowered.contains("no matching distribution")
+            || lowered.contains("could not find a version")
+            || lowered.contains("no solution found")
+            || lowered.contains("not found in the package registry")
+        {
+            "a pinned package or version does not exist on the package index; check requirements.lock"
+        } else if lowered.contains("network")
+            || lowered.contains("connection")
+            || lowered.contains("resolve")
+            || lowered.contains("offline")
+        {
+            "the package index could not be reached; environments need the network once, then work offline from the cache"
+        } else {
+            "see the installer output above"
+        };
+        Err(EnvError::Build {
+            requirements: shown,
+            step: step.to_string(),
+            output: text,
+            hint: hint.to_string(),
+        })
+    }
+
+    fn build(&self, root: &Path, requirements: &[String]) -> Result<EnvironmentInfo, EnvError> {
+        let reqs_text = format!("{HARNESS_REQUIREMENTS}{}\n", requirements.join("\n"));
+        let python = root.join("bin/python");
+        match &self.installer {
+            Installer::Uv(uv) => {
+                self.run_step(
+                    "uv venv",
+                    Command::new(uv)
+                        .args(["venv", "--quiet", "--python"])
+                        .arg(&self.interpreter.executable)
+                        .arg(root),
+                    requirements,
+                )?;
+                let reqs = root.join("pdl-requirements.txt");
+                std::fs::write(&reqs, &reqs_text).map_err(|e| EnvError::Cache {
+                    path: reqs.clone(),
+                    message: e.to_string(),
+                })?;
+                self.run_step(
+                    "uv pip install",
+                    Command::new(uv)
+                        .args([
+                            "pip",
+                            "install",
+                            "--quiet",
+                            "--compile-bytecode",
+                            "--python",
+                        ])
+                        .arg(&python)
+                        .arg("-r")
+                        .arg(&reqs),
+                    requirements,
+                )?;
+            }
+            Installer::Pip => {
+                self.run_step(
+                    "python -m venv",
+                    Command::new(&self.interpreter.executable)
+                        .args(["-m", "venv"])
+                        .arg(root),
+                    requirements,
+                )?;
+                let reqs = root.join("pdl-requirements.txt");
+                std::fs::write(&reqs, &reqs_text).map_err(|e| EnvError::Cache {
+                    path: reqs.clone(),
+                    message: e.to_string(),
+                })?;
+                self.run_step(
+                    "pip install",
+                    Command::new(&python)
+                        .args([
+                            "-m",
+                            "pip",
+                            "install",
+                            "--quiet",
+                            "--no-input",
+                            "--disable-pip-version-check",
+                            "--no-warn-script-location",
+                            "-r",
+                        ])
+                        .arg(&reqs),
+                    requirements,
+                )?;
+            }
+        }
+        self.describe(&python, requirements)
+    }
+
+    fn describe(
+        &self,
+        python: &Path,
+        requirements: &[String],
+    ) -> Result<EnvironmentInfo, EnvError> {
+        let script = "import importlib.metadata as m, json, sys; print(json.dumps(['%d.%d.%d' % sys.version_info[:3], sorted('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions())]))";
+        let output = Command::new(python)
+            .args(["-I", "-c", script])
+            .output()
+            .map_err(|e| EnvError::Build {
+                requirements: requirements.join(" "),
+                step: "describe environment".into(),
+                output: e.to_string(),
+                hint: "the new environment's interpreter does not start".into(),
+            })?;
+        let (python_version, packages): (String, Vec<String>) =
+            serde_json::from_slice(&output.stdout).map_err(|e| EnvError::Build {
+                requirements: requirements.join(" "),
+                step: "describe environment".into(),
+                output: format!("{e}: {}", tail(&output.stderr, 2000)),
+                hint: "the new environment's interpreter does not start".into(),
+            })?;
+        let mut h = Sha256::new();
+        h.update(python_version.as_bytes());
+        for p in &packages {
+            h.update(b"\n");
+            h.update(p.to_lowercase().as_bytes());
+        }
+        Ok(EnvironmentInfo {
+            digest: format!("sha256:{}", hex::encode(h.finalize())),
+            python_version,
+            packages,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requirements_are_normalized() {
+        let lock = "# Standard library only.\n\n";
+        assert!(normalize_requirements(lock).is_empty());
+        let lock = "six==1.17.0  # needed by dateutil\npython-dateutil==2.9.0.post0\n";
+        assert_eq!(
+            normalize_requirements(lock),
+            vec!["python-dateutil==2.9.0.post0", "six==1.17.0"]
+        );
+    }
+
+    #[test]
+    fn a_missing_interpreter_is_named() {
+        let err = find_interpreter(Some(Path::new("/nonexistent/python9"))).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/python9"), "{err}");
+    }
+}

@@ -1,0 +1,70 @@
+//! Running a list of jobs in parallel ([`execute`]): workers pull jobs in order;
+//! every result is handed to the caller's thread as soon as it is known, so the
+//! caller can write it out and show progress at once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+/// Runs `work` over `jobs` on `parallelism` threads. `on_result` runs on the
+/// calling thread, once per job, in completion order, with the job's index.
+pub fn execute<J, R, W, F>(jobs: &[J], parallelism: usize, work: W, mut on_result: F)
+where
+    J: Sync,
+    R: Send,
+    W: Fn(&J) -> R + Sync,
+    F: FnMut(usize, R),
+{
+    let next = AtomicUsize::new(0);
+    let workers = parallelism.max(1).min(jobs.len().max(1));
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let next = &next;
+            let work = &work;
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs.len() {
+                    break;
+                }
+                let result = work(&jobs[i]);
+                if tx.send((i, result)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (i, result) in rx {
+            on_result(i, result);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_job_runs_once_and_reports_on_the_caller_thread() {
+        let jobs: Vec<u32> = (0..50).collect();
+        let caller = std::thread::current().id();
+        let mut seen = vec![0; 50];
+        execute(
+            &jobs,
+            4,
+            |j| j * 2,
+            |i, r| {
+                assert_eq!(std::thread::current().id(), caller);
+                assert_eq!(r, jobs[i] * 2);
+                seen[i] += 1;
+            },
+        );
+        assert!(seen.iter().all(|&n| n == 1));
+    }
+
+    #[test]
+    fn no_jobs_is_fine() {
+        let jobs: Vec<u32> = vec![];
+        execute(&jobs, 4, |j| *j, |_, _: u32| panic!("no results expected"));
+    }
+}

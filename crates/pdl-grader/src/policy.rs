@@ -1,0 +1,152 @@
+//! The patch policy ([`PatchPolicy`]): which changed paths reach the graded tree.
+//!
+//! Globs match repository-relative paths with `/` separators; `*` does not cross
+//! `/`, `**` does. Forbidden wins over allowed. A change to a path that matches
+//! neither is dropped (left out of the graded tree, listed in the record).
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+/// What the policy says about one changed path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathDecision {
+    /// The change reaches the graded tree.
+    Allowed,
+    /// The change is forbidden: the submission is a policy violation.
+    Forbidden,
+    /// The change is left out of the graded tree.
+    Dropped,
+}
+
+/// A task's allowed and forbidden globs, compiled.
+#[derive(Debug, Clone)]
+pub struct PatchPolicy {
+    allowed: GlobSet,
+    forbidden: GlobSet,
+}
+
+/// A glob that does not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("patch policy glob `{glob}`: {reason}")]
+pub struct PolicyError {
+    /// The glob.
+    pub glob: String,
+    /// Why it does not compile.
+    pub reason: String,
+}
+
+fn compile(globs: &[String]) -> Result<GlobSet, PolicyError> {
+    let mut builder = GlobSetBuilder::new();
+    for glob in globs {
+        let compiled = GlobBuilder::new(glob)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| PolicyError {
+                glob: glob.clone(),
+                reason: e.kind().to_string(),
+            })?;
+        builder.add(compiled);
+    }
+    builder.build().map_err(|e| PolicyError {
+        glob: globs.join(", "),
+        reason: e.to_string(),
+    })
+}
+
+/// True when a path could leave the repository: absolute, `..`, empty parts, NUL
+/// or a backslash (which another platform would read as a separator).
+pub fn is_unsafe_path(path: &str) -> bool {
+    path.is_empty()
+        || path.starts_with('/')
+        || path.contains('\\')
+        || path.contains('\0')
+        || path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+}
+
+impl PatchPolicy {
+    /// Compiles a task's globs.
+    pub fn new(allowed: &[String], forbidden: &[String]) -> Result<Self, PolicyError> {
+        Ok(PatchPolicy {
+            allowed: compile(allowed)?,
+            forbidden: compile(forbidden)?,
+        })
+    }
+
+    /// The decision for one repository-relative path. Unsafe paths are forbidden.
+    pub fn decide(&self, path: &str) -> PathDecision {
+        if is_unsafe_path(path) || self.forbidden.is_match(path) {
+            PathDecision::Forbidden
+        } else if self.allowed.is_match(path) {
+            PathDecision::Allowed
+        } else {
+            PathDecision::Dropped
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> PatchPolicy {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        PatchPolicy::new(
+            &s(&["src/**", "*.cfg"]),
+            &s(&[
+                "tests/**",
+                "requirements.lock",
+                "pyproject.toml",
+                "src/snapshot.py",
+            ]),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn double_star_crosses_separators_and_single_star_does_not() {
+        let p = policy();
+        assert_eq!(p.decide("src/a.py"), PathDecision::Allowed);
+        assert_eq!(p.decide("src/deep/er/a.py"), PathDecision::Allowed);
+        assert_eq!(p.decide("setup.cfg"), PathDecision::Allowed);
+        assert_eq!(p.decide("conf/setup.cfg"), PathDecision::Dropped);
+    }
+
+    #[test]
+    fn forbidden_wins_over_allowed() {
+        let p = policy();
+        assert_eq!(p.decide("src/snapshot.py"), PathDecision::Forbidden);
+        assert_eq!(p.decide("tests/hidden/test_x.py"), PathDecision::Forbidden);
+        assert_eq!(p.decide("requirements.lock"), PathDecision::Forbidden);
+    }
+
+    #[test]
+    fn unmatched_paths_are_dropped() {
+        let p = policy();
+        assert_eq!(p.decide("README.md"), PathDecision::Dropped);
+        assert_eq!(p.decide("conftest.py"), PathDecision::Dropped);
+        assert_eq!(p.decide("scratch/notes.txt"), PathDecision::Dropped);
+    }
+
+    #[test]
+    fn escaping_paths_are_forbidden() {
+        let p = policy();
+        for bad in [
+            "../etc/passwd",
+            "/etc/passwd",
+            "src/../tests/x.py",
+            "src//a.py",
+            "src\\a.py",
+            "",
+        ] {
+            assert_eq!(p.decide(bad), PathDecision::Forbidden, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_bad_glob_is_named() {
+        let err = PatchPolicy::new(&["src/[".to_string()], &[]).unwrap_err();
+        assert_eq!(err.glob, "src/[");
+    }
+}

@@ -1,0 +1,180 @@
+//! The result record ([`ResultRecord`]): one JSON object per graded submission,
+//! with its [`Verdict`], reward, components, per-test outcomes, policy decision
+//! and provenance.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::TestOutcome;
+
+/// How a grading ended. Closed: every record has exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Tests ran to the end; the reward is meaningful.
+    Graded,
+    /// The submission changed a forbidden path, a symlink, or a path outside the
+    /// repository. Reward 0.
+    PolicyViolation,
+    /// The patch is not a diff or does not apply. Reward 0.
+    PatchFailed,
+    /// The test run hit its time bound; tests that did not finish count as failed.
+    Timeout,
+    /// The harness could not grade (environment, sandbox, task defect). Not the
+    /// submission's fault; excluded from means and retried by campaigns.
+    HarnessError,
+    /// A prediction that could not be graded at all: an unknown instance, a
+    /// duplicate, or an entry without the required fields. Reward 0.
+    InvalidPrediction,
+}
+
+impl Verdict {
+    /// The verdict's name in records and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Graded => "graded",
+            Verdict::PolicyViolation => "policy_violation",
+            Verdict::PatchFailed => "patch_failed",
+            Verdict::Timeout => "timeout",
+            Verdict::HarnessError => "harness_error",
+            Verdict::InvalidPrediction => "invalid_prediction",
+        }
+    }
+
+    /// True when the harness, not the submission, is at fault.
+    pub fn is_infrastructure(self) -> bool {
+        self == Verdict::HarnessError
+    }
+}
+
+/// What was graded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmissionKind {
+    /// The reference patch.
+    Gold,
+    /// The empty patch (the do-nothing agent).
+    Noop,
+    /// A registered ladder rung.
+    Rung,
+    /// A patch from a predictions file.
+    Prediction,
+    /// The final workspace of an agent episode.
+    Episode,
+}
+
+impl SubmissionKind {
+    /// The kind's name in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            SubmissionKind::Gold => "gold",
+            SubmissionKind::Noop => "noop",
+            SubmissionKind::Rung => "rung",
+            SubmissionKind::Prediction => "prediction",
+            SubmissionKind::Episode => "episode",
+        }
+    }
+}
+
+/// The three variables of the reward.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Components {
+    /// Passed FAIL_TO_PASS / len(FAIL_TO_PASS).
+    pub hidden_pass_fraction: f64,
+    /// Passed PASS_TO_PASS / len(PASS_TO_PASS).
+    pub public_regression: f64,
+    /// 1 when every `.py` file compiles and every test file collected.
+    pub build_health: f64,
+}
+
+/// The policy decision on a submission's change set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PolicyReport {
+    /// Paths whose change is forbidden (or symlinks, or escaping paths).
+    pub violations: Vec<String>,
+    /// Changed paths that matched no glob and were left out of the graded tree.
+    pub dropped: Vec<String>,
+}
+
+/// The Python environment a grading ran in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EnvironmentInfo {
+    /// Digest of the Python version and every installed package.
+    pub digest: String,
+    /// Python version.
+    pub python_version: String,
+    /// Installed packages as `name==version`.
+    pub packages: Vec<String>,
+}
+
+/// Where a record came from.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The grader's version.
+    pub harness_version: String,
+    /// The task's digest.
+    pub task_digest: String,
+    /// Digest of the submitted patch (or of the graded change set of a workspace).
+    pub submission_digest: String,
+    /// The Python environment.
+    pub environment: EnvironmentInfo,
+    /// The sandbox (`namespaces` or `none`) and its limits.
+    pub sandbox: serde_json::Value,
+    /// The bound on the test run, in seconds.
+    pub test_timeout_s: f64,
+    /// When grading started (RFC 3339, UTC).
+    pub started_at: String,
+}
+
+/// One graded submission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    /// The task version.
+    pub instance_id: String,
+    /// The model or system that produced the submission (predictions, episodes).
+    #[serde(default)]
+    pub model_name_or_path: Option<String>,
+    /// What was graded.
+    pub kind: SubmissionKind,
+    /// Its name (rung name, `gold`, `noop`, a prediction's model, an episode key).
+    pub name: String,
+    /// The reward, full precision.
+    pub reward: f64,
+    /// The reward's three variables.
+    pub components: Components,
+    /// How grading ended.
+    pub verdict: Verdict,
+    /// Why, when the verdict is not `graded` (or something notable happened).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The outcome of every FAIL_TO_PASS and PASS_TO_PASS node ID.
+    pub tests: BTreeMap<String, TestOutcome>,
+    /// The policy decision.
+    pub policy: PolicyReport,
+    /// The rung whose per-test hidden outcomes (and reward) this result equals.
+    pub landed_rung: Option<String>,
+    /// Files that failed to compile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compile_errors: Vec<String>,
+    /// Test files (or conftest files) that failed to collect.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collection_errors: Vec<String>,
+    /// Wall time of the grading, in seconds.
+    pub duration_s: f64,
+    /// Where the record came from.
+    pub provenance: Provenance,
+    /// Episode fields (tokens, end reason, trajectory), for episode records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<serde_json::Value>,
+}
+
+impl ResultRecord {
+    /// The set of hidden node IDs that passed.
+    pub fn passed_ids<'a>(&self, ids: &'a [String]) -> Vec<&'a str> {
+        ids.iter()
+            .filter(|id| self.tests.get(*id).is_some_and(|o| o.passed()))
+            .map(String::as_str)
+            .collect()
+    }
+}

@@ -1,0 +1,43 @@
+//! Running untrusted task code.
+//!
+//! A [`SandboxCommand`] says what to run, with which environment (exactly that,
+//! nothing inherited), which paths it may write and read, its network policy and
+//! its [`ResourceLimits`]. A [`ProcessRunner`] runs it and returns a [`RunReport`]
+//! whose [`RunStatus`] is a closed enum that keeps infrastructure failures
+//! ([`RunStatus::SandboxFailed`]) apart from the command's own.
+//!
+//! Output is streamed into a bounded file, never buffered in memory; the wall-clock
+//! bound ends the whole process tree (SIGTERM, then SIGKILL after a grace period).
+
+pub mod command;
+pub mod outcome;
+pub mod runner;
+mod supervise;
+
+pub use command::{NetworkPolicy, ResourceLimits, SandboxCommand};
+pub use outcome::{RunReport, RunStatus};
+pub use runner::{PlainRunner, ProcessRunner, SandboxKind};
+pub use supervise::TRUNCATION_MARKER;
+
+use std::sync::Arc;
+
+/// The sandbox cannot be used on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the {kind} sandbox is not available: {reason}")]
+pub struct SandboxUnavailable {
+    /// The sandbox asked for.
+    pub kind: &'static str,
+    /// Why it is unavailable, with a hint.
+    pub reason: String,
+}
+
+/// A runner of the given kind, checked to work on this machine.
+pub fn runner(kind: SandboxKind) -> Result<Arc<dyn ProcessRunner>, SandboxUnavailable> {
+    match kind {
+        SandboxKind::None => Ok(Arc::new(PlainRunner)),
+        SandboxKind::Namespaces => Err(SandboxUnavailable {
+            kind: kind.name(),
+            reason: "not built yet; pass --sandbox none".into(),
+        }),
+    }
+}

@@ -1,0 +1,260 @@
+//! Supervision shared by every runner: spawn in a process group, stream output to
+//! a bounded file, enforce the wall-clock bound on the whole group.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::command::ResourceLimits;
+
+/// The marker written where output was cut.
+pub const TRUNCATION_MARKER: &str = "\n[pdl-swe: output truncated here; the rest was discarded]\n";
+
+/// A pipe, both ends close-on-exec.
+pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid two-element array for pipe2 to fill.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by us alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Output statistics from the drain thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct OutputStats {
+    pub bytes: u64,
+    pub truncated: bool,
+}
+
+/// Copies everything from `reader` into `path`, keeping at most `cap` bytes. Stops
+/// at end of file, or once `stop` is set and nothing arrived for a short while (a
+/// process that escaped the kill still holds the pipe).
+fn drain(read_end: OwnedFd, path: &Path, cap: u64, stop: Arc<AtomicBool>) -> OutputStats {
+    let mut stats = OutputStats::default();
+    let mut file = File::create(path).ok();
+    let fd = read_end.as_raw_fd();
+    let mut reader = File::from(read_end);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+        if ready == 0 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            continue;
+        }
+        if ready < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let keep = cap.saturating_sub(stats.bytes).min(n as u64) as usize;
+        if let Some(f) = file.as_mut() {
+            if keep > 0 {
+                let _ = f.write_all(&buf[..keep]);
+            }
+            if keep < n && !stats.truncated {
+                let _ = f.write_all(TRUNCATION_MARKER.as_bytes());
+            }
+        }
+        if keep < n {
+            stats.truncated = true;
+        }
+        stats.bytes += n as u64;
+    }
+    stats
+}
+
+/// A pidfd for `pid`, when the kernel has them.
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the syscall returned a new descriptor we own.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Waits for the child until `deadline`; `None` when the deadline passed first.
+fn wait_until(child: &mut Child, pidfd: Option<&OwnedFd>, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        let remaining = deadline - now;
+        match pidfd {
+            Some(fd) => {
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = remaining.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
+            }
+            None => std::thread::sleep(remaining.min(Duration::from_millis(5))),
+        }
+    }
+}
+
+/// Sends `signal` to the whole process group `pgid`.
+pub(crate) fn kill_group(pgid: i32, signal: i32) {
+    // SAFETY: kill with a negative pid signals a process group; no memory involved.
+    unsafe {
+        libc::kill(-pgid, signal);
+    }
+}
+
+/// How a supervised process ended, before runner-specific interpretation.
+pub(crate) struct Supervised {
+    pub status: Option<ExitStatus>,
+    pub timed_out: bool,
+    pub duration: Duration,
+    pub output: OutputStats,
+}
+
+impl Supervised {
+    /// Exit code, or 128 + signal.
+    pub fn code_or_signal(&self) -> (Option<i32>, Option<i32>) {
+        match self.status {
+            Some(s) => (s.code(), s.signal()),
+            None => (None, None),
+        }
+    }
+}
+
+/// Spawns `command` in a new process group with merged, bounded output and the
+/// limits applied, then supervises it to the end. `prepare` runs in the child
+/// between fork and exec (it must be async-signal-safe).
+pub(crate) fn run_supervised(
+    mut command: Command,
+    limits: &ResourceLimits,
+    output: &Path,
+    stdin: &[u8],
+    apply_rlimits: bool,
+) -> std::io::Result<Supervised> {
+    let (read_end, write_end) = pipe()?;
+    let write_err = write_end.try_clone()?;
+    command
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::from(write_err))
+        .stdin(if stdin.is_empty() {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        })
+        .process_group(0);
+    if apply_rlimits {
+        let limits = limits.clone();
+        // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                apply_resource_limits(&limits);
+                Ok(())
+            });
+        }
+    }
+    let started = Instant::now();
+    let mut child = command.spawn()?;
+    // Our copies of the write ends live in `command`; drop them so EOF can arrive.
+    drop(command);
+    let pid = child.id() as i32;
+    let pidfd = pidfd_open(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let drain_thread: JoinHandle<OutputStats> = {
+        let path = output.to_path_buf();
+        let cap = limits.max_output_bytes;
+        let stop = stop.clone();
+        std::thread::spawn(move || drain(read_end, &path, cap, stop))
+    };
+    if let Some(mut pipe) = child.stdin.take() {
+        let bytes = stdin.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&bytes);
+        });
+    }
+    let deadline = started + limits.wall_time;
+    let mut timed_out = false;
+    let status = match wait_until(&mut child, pidfd.as_ref(), deadline) {
+        Some(status) => Some(status),
+        None => {
+            timed_out = true;
+            kill_group(pid, libc::SIGTERM);
+            match wait_until(
+                &mut child,
+                pidfd.as_ref(),
+                Instant::now() + limits.kill_grace,
+            ) {
+                Some(s) => Some(s),
+                None => {
+                    kill_group(pid, libc::SIGKILL);
+                    child.wait().ok()
+                }
+            }
+        }
+    };
+    // Whatever the leader left behind in its group goes too.
+    kill_group(pid, libc::SIGKILL);
+    let duration = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let output = drain_thread.join().unwrap_or_default();
+    Ok(Supervised {
+        status,
+        timed_out,
+        duration,
+        output,
+    })
+}
+
+/// Applies the per-process limits. Async-signal-safe.
+pub(crate) fn apply_resource_limits(limits: &ResourceLimits) {
+    let set = |resource, value: u64| {
+        let rl = libc::rlimit {
+            rlim_cur: value as libc::rlim_t,
+            rlim_max: value as libc::rlim_t,
+        };
+        // SAFETY: setrlimit with a valid struct.
+        unsafe {
+            libc::setrlimit(resource, &rl);
+        }
+    };
+    if let Some(bytes) = limits.memory_bytes {
+        set(libc::RLIMIT_AS, bytes);
+    }
+    if let Some(n) = limits.max_processes {
+        set(libc::RLIMIT_NPROC, n);
+    }
+    if let Some(bytes) = limits.max_file_bytes {
+        set(libc::RLIMIT_FSIZE, bytes);
+    }
+    set(libc::RLIMIT_CORE, 0);
+}

@@ -1,0 +1,69 @@
+//! Embeds every task tree under the repository's `tasks/` folder.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn is_junk(name: &str) -> bool {
+    name == "__pycache__"
+        || name == ".pytest_cache"
+        || name == ".DS_Store"
+        || name.ends_with(".pyc")
+}
+
+fn collect(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("readable entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if is_junk(&name) {
+            continue;
+        }
+        if path.is_dir() {
+            collect(&path, base, out);
+        } else {
+            let rel = path
+                .strip_prefix(base)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            out.push((rel, path));
+        }
+    }
+}
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let tasks_dir = manifest_dir.join("../../tasks");
+    println!("cargo:rerun-if-changed={}", tasks_dir.display());
+    let mut code = String::from("/// Every bundled task tree: (folder name, [(relative path, bytes)]).\npub static TASK_TREES: &[(&str, &[(&str, &[u8])])] = &[\n");
+    if tasks_dir.is_dir() {
+        let mut dirs: Vec<_> = std::fs::read_dir(&tasks_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("manifest.yaml").is_file())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let mut files = Vec::new();
+            collect(&dir, &dir, &mut files);
+            writeln!(code, "    ({name:?}, &[").unwrap();
+            for (rel, path) in files {
+                let abs = path.canonicalize().unwrap();
+                writeln!(
+                    code,
+                    "        ({rel:?}, include_bytes!({:?})),",
+                    abs.display().to_string()
+                )
+                .unwrap();
+            }
+            code.push_str("    ]),\n");
+        }
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("suite.rs");
+    std::fs::write(out, code).unwrap();
+}

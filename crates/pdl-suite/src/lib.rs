@@ -1,0 +1,46 @@
+//! The bundled open suite: every task tree under the repository's `tasks/`
+//! folder, embedded at build time, so the binary grades the suite on a machine
+//! that has nothing but the binary. [`bundled`] loads it as a [`Dataset`].
+
+use pdl_task::tree::TreeFiles;
+use pdl_task::Dataset;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/suite.rs"));
+}
+
+/// How the bundled suite names itself as a dataset source.
+pub const SOURCE: &str = "bundled open suite";
+
+/// The bundled suite's task trees as maps of relative path to bytes.
+pub fn trees() -> Vec<(String, TreeFiles)> {
+    embedded::TASK_TREES
+        .iter()
+        .map(|(name, files)| {
+            let map = files
+                .iter()
+                .map(|(path, bytes)| (path.to_string(), bytes.to_vec()))
+                .collect();
+            (format!("tasks/{name}"), map)
+        })
+        .collect()
+}
+
+/// Loads the bundled suite.
+pub fn bundled() -> Dataset {
+    let trees = trees();
+    Dataset::from_trees(
+        SOURCE,
+        trees.iter().map(|(name, files)| (name.clone(), files)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_bundled_task_loads() {
+        let dataset = super::bundled();
+        assert!(dataset.errors.is_empty(), "{:#?}", dataset.errors);
+        assert!(!dataset.tasks.is_empty());
+    }
+}

@@ -1,0 +1,89 @@
+//! `pdl-swe tasks list` and `pdl-swe tasks export`.
+
+use serde::Serialize;
+
+use crate::cli::{Format, TasksCommand};
+use crate::commands::report_load_errors;
+use crate::exit::{self, ExitError};
+use crate::render::{print_json, table};
+use crate::settings::load_dataset;
+
+#[derive(Serialize)]
+struct TaskLine<'a> {
+    instance_id: &'a str,
+    tier: &'a str,
+    domain: &'a str,
+    hidden_tests: usize,
+    public_tests: usize,
+    token_budget: i64,
+    rungs: &'a [String],
+}
+
+/// Runs a `tasks` subcommand.
+pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
+    match cmd {
+        TasksCommand::List { dataset, format } => {
+            let ds = load_dataset(dataset)?;
+            let lines: Vec<TaskLine> = ds
+                .tasks
+                .iter()
+                .map(|t| TaskLine {
+                    instance_id: &t.row.instance_id,
+                    tier: &t.row.tier,
+                    domain: &t.row.domain,
+                    hidden_tests: t.row.fail_to_pass.len(),
+                    public_tests: t.row.pass_to_pass.len(),
+                    token_budget: t.row.token_budget,
+                    rungs: &t.row.graded_ladder_rungs,
+                })
+                .collect();
+            match format {
+                Format::Json => print_json(&lines)?,
+                Format::Table => {
+                    let mut t = table(&[
+                        "task", "tier", "domain", "hidden", "public", "budget", "rungs",
+                    ]);
+                    for l in &lines {
+                        t.add_row(vec![
+                            l.instance_id.to_string(),
+                            l.tier.to_string(),
+                            l.domain.to_string(),
+                            l.hidden_tests.to_string(),
+                            l.public_tests.to_string(),
+                            l.token_budget.to_string(),
+                            if l.rungs.is_empty() {
+                                "-".into()
+                            } else {
+                                l.rungs.join(", ")
+                            },
+                        ]);
+                    }
+                    println!("{t}");
+                    println!("{} tasks from {}", lines.len(), ds.source);
+                }
+            }
+            report_load_errors(&ds.errors);
+            Ok(if ds.errors.is_empty() {
+                exit::SUCCESS
+            } else {
+                exit::FAILURES
+            })
+        }
+        TasksCommand::Export { dataset, to } => {
+            let ds = load_dataset(dataset)?;
+            pdl_task::write_dataset(&ds.tasks, to).map_err(ExitError::usage)?;
+            eprintln!(
+                "wrote {} tasks from {} to {}",
+                ds.tasks.len(),
+                ds.source,
+                to.display()
+            );
+            report_load_errors(&ds.errors);
+            Ok(if ds.errors.is_empty() {
+                exit::SUCCESS
+            } else {
+                exit::FAILURES
+            })
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Settings resolved once from the command line and the environment, before any
+//! work starts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use pdl_grader::{find_interpreter, EnvManager, GradeSettings, Grader};
+use pdl_sandbox::{ProcessRunner, ResourceLimits, SandboxKind};
+use pdl_task::Dataset;
+
+use crate::cli::{DatasetArgs, RunArgs, SandboxChoice};
+use crate::exit::ExitError;
+
+/// Loads the dataset named on the command line, or the bundled suite.
+pub fn load_dataset(args: &DatasetArgs) -> Result<Dataset, ExitError> {
+    match &args.dataset {
+        None => Ok(pdl_suite::bundled()),
+        Some(path) => Dataset::load(path).map_err(ExitError::usage),
+    }
+}
+
+/// Everything a grading command needs.
+pub struct RunSettings {
+    /// Gradings in parallel.
+    pub parallelism: usize,
+    /// The cache folder.
+    pub cache_dir: PathBuf,
+    /// The grader.
+    pub grader: Grader,
+}
+
+/// The default cache folder.
+pub fn default_cache_dir() -> PathBuf {
+    dirs::cache_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("pdl-swe")
+}
+
+/// Resolves run settings: interpreter, environments, sandbox, limits.
+pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
+    let parallelism = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let cache_dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
+    let interpreter = find_interpreter(args.python.as_deref()).map_err(ExitError::environment)?;
+    let envs = Arc::new(EnvManager::new(cache_dir.clone(), interpreter));
+    let kind = match args.sandbox {
+        SandboxChoice::Namespaces => SandboxKind::Namespaces,
+        SandboxChoice::None => SandboxKind::None,
+    };
+    let runner: Arc<dyn ProcessRunner> =
+        pdl_sandbox::runner(kind).map_err(ExitError::environment)?;
+    let work_root = args
+        .work_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("pdl-swe-{}", std::process::id())));
+    std::fs::create_dir_all(&work_root)
+        .with_context(|| format!("cannot create the work folder {}", work_root.display()))
+        .map_err(ExitError::environment)?;
+    let test_timeout = match args.test_timeout {
+        Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
+        Some(s) => {
+            return Err(ExitError::usage(anyhow::anyhow!(
+                "--test-timeout must be a positive number of seconds, not {s}"
+            )))
+        }
+        None => None,
+    };
+    let grader = Grader::new(
+        GradeSettings {
+            work_root,
+            keep_workdirs: args.keep_workdirs,
+            test_timeout,
+            limits: ResourceLimits::default(),
+        },
+        envs,
+        runner,
+    );
+    Ok(RunSettings {
+        parallelism,
+        cache_dir,
+        grader,
+    })
+}
+
+impl Drop for RunSettings {
+    fn drop(&mut self) {
+        // The per-process work folder is ours alone; leave nothing behind unless asked.
+        let root = self.grader.work_root();
+        if root
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("pdl-swe-"))
+            && !self.grader.keeps_workdirs()
+        {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
