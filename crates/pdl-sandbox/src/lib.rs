@@ -10,11 +10,13 @@
 //! bound ends the whole process tree (SIGTERM, then SIGKILL after a grace period).
 
 pub mod command;
+pub mod namespaces;
 pub mod outcome;
 pub mod runner;
 mod supervise;
 
 pub use command::{NetworkPolicy, ResourceLimits, SandboxCommand};
+pub use namespaces::{init_main, NamespaceRunner};
 pub use outcome::{RunReport, RunStatus};
 pub use runner::{PlainRunner, ProcessRunner, SandboxKind};
 pub use supervise::TRUNCATION_MARKER;
@@ -31,13 +33,28 @@ pub struct SandboxUnavailable {
     pub reason: String,
 }
 
-/// A runner of the given kind, checked to work on this machine.
+/// The hidden subcommand a program must route to [`init_main`] for
+/// [`runner`]'s namespace sandbox to work.
+pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
+
+/// A runner of the given kind, checked to work on this machine. The namespace
+/// runner starts this very program with [`INIT_SUBCOMMAND`] as its helper.
 pub fn runner(kind: SandboxKind) -> Result<Arc<dyn ProcessRunner>, SandboxUnavailable> {
     match kind {
         SandboxKind::None => Ok(Arc::new(PlainRunner)),
-        SandboxKind::Namespaces => Err(SandboxUnavailable {
-            kind: kind.name(),
-            reason: "not built yet; pass --sandbox none".into(),
-        }),
+        SandboxKind::Namespaces => {
+            let helper = std::env::current_exe().map_err(|e| SandboxUnavailable {
+                kind: kind.name(),
+                reason: format!(
+                    "cannot find this program's own executable to start the sandbox helper: {e}"
+                ),
+            })?;
+            let runner = NamespaceRunner::new(helper, vec![INIT_SUBCOMMAND.to_string()]);
+            runner.probe().map_err(|reason| SandboxUnavailable {
+                kind: kind.name(),
+                reason,
+            })?;
+            Ok(Arc::new(runner))
+        }
     }
 }

@@ -9,6 +9,18 @@ mod settings;
 use clap::Parser;
 
 fn main() {
+    // The sandbox helper must start before anything else (it needs a
+    // single-threaded process), so it is routed here, ahead of argument parsing.
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|a| a == pdl_sandbox::INIT_SUBCOMMAND)
+    {
+        match args.next() {
+            Some(spec) => pdl_sandbox::init_main(std::path::Path::new(&spec)),
+            None => std::process::exit(exit::USAGE),
+        }
+    }
     let cli = cli::Cli::parse();
     let result = match &cli.command {
         cli::Command::Tasks(cmd) => commands::tasks::run(cmd),

@@ -1,0 +1,803 @@
+//! The namespace sandbox ([`NamespaceRunner`]): Linux user, mount, pid, network,
+//! IPC and UTS namespaces, without Docker or setuid helpers.
+//!
+//! # How a run is set up
+//!
+//! The harness starts a helper process (the `pdl-swe` binary itself, in its
+//! hidden `__sandbox-init` mode) in its own process group. The helper, a fresh
+//! single-threaded process, `clone`s the sandbox's first process into new
+//! namespaces and writes its user and group maps from outside. That first process
+//! (pid 1 of the new pid namespace):
+//!
+//! 1. builds a new root on a tmpfs: the system folders (`/usr`, `/bin`, `/lib*`,
+//!    `/etc`, `/opt`) and the command's readable paths bound read-only, its
+//!    writable paths bound read-write, a private `/tmp` and `/var/tmp`, a private
+//!    HOME, a minimal `/dev`, and a `/proc` of the new pid namespace; nothing else
+//!    of the host (its home folders, `/run`, `/var`, `/srv`) is visible;
+//! 2. pivots into it and makes the skeleton read-only;
+//! 3. brings up loopback in the empty network namespace (tests that bind
+//!    localhost work; nothing else is reachable), and, for agent episodes, starts
+//!    a forwarder from `127.0.0.1:<port>` to the model gateway's Unix socket;
+//! 4. forks the command, which drops every privilege (a non-zero uid, no
+//!    capabilities, `no_new_privs`, resource limits) and execs;
+//! 5. reaps children until the command exits, reports its status on a private
+//!    pipe, and exits, which kills every process left in the namespace.
+//!
+//! When the harness runs as root, the command runs as host uid 65534 (nobody),
+//! so root-only host files stay unreadable and the process limit applies; its
+//! writable paths are handed to that uid first. Otherwise the command keeps the
+//! invoking user's uid behind a nested user namespace that removes capabilities.
+//!
+//! # What it guarantees
+//!
+//! No network but loopback (and the one gateway route when asked), a read-only
+//! view of the host's system folders, no view of the host's home folders or
+//! runtime sockets, a scrubbed environment, and an end to the whole process tree
+//! on exit or timeout: SIGTERM, then SIGKILL to the helper and the namespace's
+//! first process, whose death takes every other process of the namespace with it.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{NetworkPolicy, SandboxCommand};
+use crate::outcome::{RunReport, RunStatus};
+use crate::runner::{prepare_scratch, ProcessRunner, SandboxKind};
+use crate::supervise::{apply_resource_limits, pipe, run_supervised};
+
+/// The uid and gid the command runs as inside the sandbox.
+const SANDBOX_ID: u32 = 1000;
+/// The host uid and gid the command runs as when the harness is root.
+const UNPRIVILEGED_HOST_ID: u32 = 65534;
+/// The file descriptor the helper reports status on.
+const STATUS_FD: i32 = 3;
+/// Host folders bound read-only when they exist.
+const SYSTEM_PATHS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+
+/// What the helper needs to know, written to a file for it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct InitSpec {
+    command: SandboxCommand,
+    /// An empty host folder the new root is built on.
+    root: PathBuf,
+    host_uid: u32,
+    host_gid: u32,
+}
+
+/// A runner that isolates with Linux namespaces.
+#[derive(Debug, Clone)]
+pub struct NamespaceRunner {
+    helper: PathBuf,
+    helper_args: Vec<String>,
+}
+
+fn io_reason(what: &str, e: std::io::Error) -> String {
+    format!("{what}: {e}")
+}
+
+impl NamespaceRunner {
+    /// A runner whose helper is `helper` run with `helper_args` followed by the
+    /// spec file path. The helper must call [`init_main`].
+    pub fn new(helper: PathBuf, helper_args: Vec<String>) -> Self {
+        NamespaceRunner {
+            helper,
+            helper_args,
+        }
+    }
+
+    /// Checks that namespaces can be created here by running `true` inside one.
+    pub fn probe(&self) -> Result<(), String> {
+        let scratch =
+            std::env::temp_dir().join(format!("pdl-sandbox-probe-{}", std::process::id()));
+        let cmd = SandboxCommand::new("/bin/true", "/", &scratch)
+            .wall_time(std::time::Duration::from_secs(20));
+        let report = self.run(&cmd);
+        let _ = std::fs::remove_dir_all(&scratch);
+        match &report.status {
+            RunStatus::Exited { code: 0 } => Ok(()),
+            RunStatus::SandboxFailed { reason } => Err(reason.clone()),
+            other => Err(format!(
+                "a probe run ended as {} ({})",
+                other.name(),
+                report.output_tail(500).trim()
+            )),
+        }
+    }
+}
+
+/// Hands `path` (recursively) to `uid`/`gid`. Symlinks are changed, not followed.
+fn chown_tree(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            chown_tree(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+impl ProcessRunner for NamespaceRunner {
+    fn run(&self, command: &SandboxCommand) -> RunReport {
+        let failed = |reason: String| RunReport {
+            status: RunStatus::SandboxFailed { reason },
+            duration: Default::default(),
+            output_bytes: 0,
+            output_truncated: false,
+            output_path: command.output.clone(),
+        };
+        if let Err(e) = prepare_scratch(command) {
+            return failed(io_reason("cannot create scratch folders", e));
+        }
+        let scratch = command
+            .output
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        let root = scratch.join(format!(".sandbox-root-{}", unique()));
+        if let Err(e) = std::fs::create_dir_all(&root) {
+            return failed(io_reason("cannot create the sandbox root", e));
+        }
+        // SAFETY: getuid/getgid/geteuid cannot fail.
+        let (host_uid, host_gid, euid) =
+            unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
+        if euid == 0 {
+            for path in command.writable.iter().chain([&command.home, &command.tmp]) {
+                if let Err(e) = chown_tree(path, UNPRIVILEGED_HOST_ID, UNPRIVILEGED_HOST_ID) {
+                    return failed(io_reason(
+                        &format!("cannot hand {} to the sandbox user", path.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        let spec = InitSpec {
+            command: command.clone(),
+            root: root.clone(),
+            host_uid,
+            host_gid,
+        };
+        let spec_path = scratch.join(format!(".sandbox-spec-{}.json", unique()));
+        if let Err(e) = std::fs::write(
+            &spec_path,
+            serde_json::to_vec(&spec).expect("specs serialize"),
+        ) {
+            return failed(io_reason("cannot write the sandbox spec", e));
+        }
+        let (status_read, status_write) = match pipe() {
+            Ok(p) => p,
+            Err(e) => return failed(io_reason("cannot create the status pipe", e)),
+        };
+        let status_thread = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = File::from(status_read).read_to_string(&mut text);
+            text
+        });
+        let mut cmd = Command::new(&self.helper);
+        cmd.args(&self.helper_args)
+            .arg(&spec_path)
+            .env_clear()
+            .current_dir("/");
+        let write_fd = status_write.as_raw_fd();
+        // SAFETY: dup2 and fcntl are async-signal-safe; they only move a descriptor.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(write_fd, STATUS_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let supervised =
+            run_supervised(cmd, &command.limits, &command.output, &command.stdin, false);
+        drop(status_write);
+        let status_text = status_thread.join().unwrap_or_default();
+        let _ = std::fs::remove_file(&spec_path);
+        let _ = std::fs::remove_dir(&root);
+        let s = match supervised {
+            Ok(s) => s,
+            Err(e) => {
+                return failed(io_reason(
+                    &format!("cannot start the sandbox helper {}", self.helper.display()),
+                    e,
+                ))
+            }
+        };
+        let status = interpret(&status_text, s.timed_out, s.code_or_signal());
+        RunReport {
+            status,
+            duration: s.duration,
+            output_bytes: s.output.bytes,
+            output_truncated: s.output.truncated,
+            output_path: command.output.clone(),
+        }
+    }
+
+    fn kind(&self) -> SandboxKind {
+        SandboxKind::Namespaces
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    COUNTER.fetch_add(1, Ordering::Relaxed) ^ ((std::process::id() as u64) << 32)
+}
+
+/// Turns the helper's status lines into a run status.
+fn interpret(status: &str, timed_out: bool, helper: (Option<i32>, Option<i32>)) -> RunStatus {
+    let mut result = None;
+    for line in status.lines() {
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "error" => {
+                return RunStatus::SandboxFailed {
+                    reason: rest.to_string(),
+                }
+            }
+            "spawn_error" => {
+                return RunStatus::SpawnFailed {
+                    reason: rest.to_string(),
+                }
+            }
+            "exit" => result = rest.parse().ok().map(|code| RunStatus::Exited { code }),
+            "signal" => {
+                result = rest
+                    .parse()
+                    .ok()
+                    .map(|signal| RunStatus::Signaled { signal })
+            }
+            _ => {}
+        }
+    }
+    if timed_out {
+        return RunStatus::TimedOut;
+    }
+    match result {
+        Some(r) => r,
+        None => RunStatus::SandboxFailed {
+            reason: match helper {
+                (Some(code), _) => format!(
+                    "the sandbox helper exited with code {code} before the command finished"
+                ),
+                (_, Some(signal)) => format!("the sandbox helper was killed by signal {signal}"),
+                _ => "the sandbox helper vanished".into(),
+            },
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The helper side. Everything below runs in the helper process and its forks.
+// ---------------------------------------------------------------------------
+
+fn status_line(line: &str) {
+    let mut bytes = line.as_bytes().to_vec();
+    bytes.push(b'\n');
+    // SAFETY: writing a buffer to a descriptor we own; errors are ignored on purpose.
+    unsafe {
+        libc::write(STATUS_FD, bytes.as_ptr().cast(), bytes.len());
+    }
+}
+
+fn fail(message: impl AsRef<str>) -> ! {
+    status_line(&format!("error {}", message.as_ref().replace('\n', " ")));
+    // SAFETY: ending the process without unwinding is what we want here.
+    unsafe { libc::_exit(125) }
+}
+
+fn errno_message(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes())
+        .unwrap_or_else(|_| fail(format!("path with NUL: {}", p.display())))
+}
+
+fn mount(
+    source: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), String> {
+    let source = source.map(cstr);
+    let target_c = cstr(target);
+    let fstype = fstype.map(|s| CString::new(s).expect("static fs type"));
+    let data = data.map(|s| CString::new(s).expect("static mount data"));
+    // SAFETY: every pointer is either null or a valid NUL-terminated string that
+    // outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            target_c.as_ptr(),
+            fstype.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            data.as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr().cast()),
+        )
+    };
+    if rc != 0 {
+        return Err(errno_message(&format!("mount {}", target.display())));
+    }
+    Ok(())
+}
+
+fn inside(root: &Path, host: &Path) -> PathBuf {
+    root.join(host.strip_prefix("/").unwrap_or(host))
+}
+
+/// Binds `host` at the same path under `root`, read-only unless `writable`.
+fn bind(root: &Path, host: &Path, writable: bool) -> Result<(), String> {
+    let meta = std::fs::metadata(host).map_err(|e| format!("{}: {e}", host.display()))?;
+    let target = inside(root, host);
+    if meta.is_dir() {
+        std::fs::create_dir_all(&target).map_err(|e| format!("mkdir {}: {e}", target.display()))?;
+    } else {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("mkdir {}: {e}", parent.display()))?;
+        }
+        if !target.exists() {
+            File::create(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
+        }
+    }
+    // System folders may hold submounts; the command's own paths never need theirs.
+    let recursive = if SYSTEM_PATHS.iter().any(|s| Path::new(s) == host) {
+        libc::MS_REC
+    } else {
+        0
+    };
+    mount(Some(host), &target, None, libc::MS_BIND | recursive, None)?;
+    let mut flags =
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | locked_flags(&target);
+    if !writable {
+        flags |= libc::MS_RDONLY;
+    }
+    mount(None, &target, None, flags, None)
+}
+
+/// The flags of the mount under `path` that a remount in a user namespace must
+/// keep (the kernel refuses to clear them).
+fn locked_flags(path: &Path) -> libc::c_ulong {
+    let c = cstr(path);
+    // SAFETY: statvfs fills the zeroed struct we own.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    let mut flags = 0;
+    for (st_flag, ms_flag) in [
+        (libc::ST_RDONLY, libc::MS_RDONLY),
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if st.f_flag & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    flags
+}
+
+fn build_root(spec: &InitSpec) -> Result<(), String> {
+    let root = &spec.root;
+    let cmd = &spec.command;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    mount(
+        Some(Path::new("tmpfs")),
+        root,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0755,size=16m"),
+    )?;
+    let mut bound: Vec<PathBuf> = Vec::new();
+    for sys in SYSTEM_PATHS {
+        let host = Path::new(sys);
+        let Ok(meta) = std::fs::symlink_metadata(host) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(host).map_err(|e| format!("{sys}: {e}"))?;
+            std::os::unix::fs::symlink(&target, inside(root, host))
+                .map_err(|e| format!("symlink {sys}: {e}"))?;
+        } else if meta.is_dir() {
+            bind(root, host, false)?;
+            bound.push(host.to_path_buf());
+        }
+    }
+    // Private /tmp and /var/tmp, both the command's own scratch folder.
+    for t in ["/tmp", "/var/tmp"] {
+        let target = inside(root, Path::new(t));
+        std::fs::create_dir_all(&target).map_err(|e| format!("mkdir {t}: {e}"))?;
+        mount(Some(&cmd.tmp), &target, None, libc::MS_BIND, None)?;
+    }
+    let covered = |p: &Path, bound: &[PathBuf]| bound.iter().any(|b| p.starts_with(b));
+    for path in &cmd.readable {
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if !canonical.exists() || covered(&canonical, &bound) {
+            continue;
+        }
+        bind(root, &canonical, false)?;
+        bound.push(canonical);
+    }
+    for path in cmd.writable.iter().chain([&cmd.home]) {
+        bind(root, path, true)?;
+    }
+    if let NetworkPolicy::Gateway { socket, .. } = &cmd.network {
+        let dir = socket.parent().ok_or("the gateway socket has no folder")?;
+        bind(root, dir, false)?;
+    }
+    // A minimal /dev.
+    let dev = root.join("dev");
+    std::fs::create_dir_all(&dev).map_err(|e| format!("mkdir /dev: {e}"))?;
+    mount(
+        Some(Path::new("tmpfs")),
+        &dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755,size=1m"),
+    )?;
+    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let host = Path::new("/dev").join(node);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(node);
+        File::create(&target).map_err(|e| format!("create /dev/{node}: {e}"))?;
+        mount(Some(&host), &target, None, libc::MS_BIND, None)?;
+    }
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(to, dev.join(link))
+            .map_err(|e| format!("symlink /dev/{link}: {e}"))?;
+    }
+    let shm = dev.join("shm");
+    std::fs::create_dir_all(&shm).map_err(|e| format!("mkdir /dev/shm: {e}"))?;
+    mount(
+        Some(Path::new("tmpfs")),
+        &shm,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777,size=64m"),
+    )?;
+    let proc_dir = root.join("proc");
+    std::fs::create_dir_all(&proc_dir).map_err(|e| format!("mkdir /proc: {e}"))?;
+    mount(
+        Some(Path::new("proc")),
+        &proc_dir,
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    // Pivot.
+    let old = root.join(".oldroot");
+    std::fs::create_dir_all(&old).map_err(|e| format!("mkdir .oldroot: {e}"))?;
+    std::env::set_current_dir(root).map_err(|e| format!("chdir new root: {e}"))?;
+    let dot = CString::new(".").expect("static");
+    let old_rel = CString::new(".oldroot").expect("static");
+    // SAFETY: pivot_root with two valid NUL-terminated paths.
+    if unsafe { libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), old_rel.as_ptr()) } != 0 {
+        return Err(errno_message("pivot_root"));
+    }
+    std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    let old_abs = CString::new("/.oldroot").expect("static");
+    // SAFETY: unmounting a path we just created.
+    if unsafe { libc::umount2(old_abs.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(errno_message("umount old root"));
+    }
+    let _ = std::fs::remove_dir("/.oldroot");
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )?;
+    Ok(())
+}
+
+fn loopback_up() -> Result<(), String> {
+    // SAFETY: a plain datagram socket used only for the interface ioctls below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno_message("socket"));
+    }
+    // SAFETY: `fd` was just returned by socket() and is ours.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain old data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo\0".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we own.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(errno_message("SIOCGIFFLAGS lo"));
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
+            return Err(errno_message("SIOCSIFFLAGS lo"));
+        }
+    }
+    Ok(())
+}
+
+/// Forwards connections to `127.0.0.1:port` to the gateway's Unix socket. Runs in
+/// its own process inside the sandbox until the namespace ends. It keeps the
+/// sandbox's setup identity (not the command's), so it can reach the harness's
+/// socket; it only copies bytes.
+fn gateway_forwarder(port: u16, socket: &Path, ready: OwnedFd) -> ! {
+    let listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
+        Ok(l) => l,
+        Err(e) => fail(format!(
+            "gateway route: cannot listen on 127.0.0.1:{port}: {e}"
+        )),
+    };
+    let _ = File::from(ready).write_all(b"r");
+    for stream in listener.incoming() {
+        let Ok(client) = stream else { continue };
+        let socket = socket.to_path_buf();
+        std::thread::spawn(move || {
+            let Ok(upstream) = std::os::unix::net::UnixStream::connect(&socket) else {
+                return;
+            };
+            let (Ok(mut c2), Ok(mut u2)) = (client.try_clone(), upstream.try_clone()) else {
+                return;
+            };
+            let (mut c1, mut u1) = (client, upstream);
+            let t = std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut u2);
+                let _ = u2.shutdown(std::net::Shutdown::Write);
+            });
+            let _ = std::io::copy(&mut u1, &mut c1);
+            let _ = c1.shutdown(std::net::Shutdown::Write);
+            let _ = t.join();
+        });
+    }
+    // SAFETY: leaving the forwarder process.
+    unsafe { libc::_exit(0) }
+}
+
+fn write_file(path: &str, content: &str) -> Result<(), String> {
+    std::fs::write(path, content).map_err(|e| format!("write {path}: {e}"))
+}
+
+/// Gives up every privilege of the sandbox's first process. As root on the host,
+/// the uid inside maps to host nobody; otherwise a nested user namespace maps the
+/// uid to `SANDBOX_ID`, and exec drops the capabilities.
+fn drop_privileges(host_is_root: bool) {
+    // SAFETY: plain credential syscalls; failures end the process.
+    unsafe {
+        if host_is_root {
+            if libc::setgroups(0, std::ptr::null()) != 0 {
+                fail(errno_message("setgroups"));
+            }
+            if libc::setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID) != 0 {
+                fail(errno_message("setresgid"));
+            }
+            if libc::setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID) != 0 {
+                fail(errno_message("setresuid"));
+            }
+        } else {
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                fail(errno_message("unshare nested user namespace"));
+            }
+            if let Err(e) = write_file("/proc/self/setgroups", "deny")
+                .and_then(|_| write_file("/proc/self/uid_map", &format!("{SANDBOX_ID} 0 1\n")))
+                .and_then(|_| write_file("/proc/self/gid_map", &format!("{SANDBOX_ID} 0 1\n")))
+            {
+                fail(e);
+            }
+            if libc::setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID) != 0
+                || libc::setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID) != 0
+            {
+                fail(errno_message("switch to the sandbox user"));
+            }
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            fail(errno_message("no_new_privs"));
+        }
+    }
+}
+
+fn wait_status_line(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exit {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("signal {}", libc::WTERMSIG(status))
+    } else {
+        "exit 255".into()
+    }
+}
+
+/// The sandbox's first process: build the root, start the command, reap, report.
+fn namespace_init(spec: InitSpec, sync_read: OwnedFd) -> ! {
+    // Wait for the outside to write our maps.
+    let mut byte = [0u8; 1];
+    if File::from(sync_read).read_exact(&mut byte).is_err() {
+        fail("the helper did not finish the user namespace maps");
+    }
+    let host_is_root = spec.host_uid == 0;
+    if let Err(e) = build_root(&spec) {
+        fail(e);
+    }
+    if let Err(e) = loopback_up() {
+        fail(e);
+    }
+    let host = CString::new("pdl-sandbox").expect("static");
+    // SAFETY: a valid buffer and length.
+    unsafe { libc::sethostname(host.as_ptr(), 11) };
+    let cmd = &spec.command;
+    if let NetworkPolicy::Gateway { port, socket } = &cmd.network {
+        let (ready_read, ready_write) = pipe().unwrap_or_else(|e| fail(format!("route pipe: {e}")));
+        // SAFETY: fork in a single-threaded process.
+        match unsafe { libc::fork() } {
+            -1 => fail(errno_message("fork gateway route")),
+            0 => {
+                drop(ready_read);
+                gateway_forwarder(*port, socket, ready_write)
+            }
+            _ => {}
+        }
+        drop(ready_write);
+        // The command starts once the route listens.
+        let mut byte = [0u8; 1];
+        if File::from(ready_read).read_exact(&mut byte).is_err() {
+            fail("the gateway route did not start");
+        }
+    }
+    // SAFETY: fork in a single-threaded process.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail(errno_message("fork command"));
+    }
+    if child == 0 {
+        drop_privileges(host_is_root);
+        apply_resource_limits(&cmd.limits);
+        let mut exec = Command::new(&cmd.program);
+        exec.args(&cmd.args)
+            .env_clear()
+            .envs(&cmd.env)
+            .env("HOME", &cmd.home)
+            .env("TMPDIR", "/tmp")
+            .current_dir(&cmd.cwd);
+        let error = exec.exec();
+        status_line(&format!("spawn_error {}: {error}", cmd.program.display()));
+        // SAFETY: leaving the failed child.
+        unsafe { libc::_exit(127) }
+    }
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for any child of this process.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid == child {
+            status_line(&wait_status_line(status));
+            // SAFETY: ending pid 1 ends the namespace and every process in it.
+            unsafe { libc::_exit(0) }
+        }
+        if pid < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            fail(errno_message("waitpid"));
+        }
+    }
+}
+
+/// The helper's entry point: reads the spec, creates the namespaces and reports
+/// on descriptor 3. Must run in a fresh, single-threaded process (call it first
+/// thing in `main`). Never returns.
+pub fn init_main(spec_path: &Path) -> ! {
+    // SAFETY: making the status descriptor close-on-exec so the command never
+    // inherits it.
+    unsafe { libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
+    let spec: InitSpec = match std::fs::read(spec_path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => fail(format!(
+            "cannot read the sandbox spec {}: {e}",
+            spec_path.display()
+        )),
+    };
+    let (sync_read, sync_write) = pipe().unwrap_or_else(|e| fail(format!("sync pipe: {e}")));
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    // SAFETY: a fork-like clone (no new stack, no shared memory) of a
+    // single-threaded process.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        fail(format!(
+            "{} (user namespaces may be disabled: check `sysctl user.max_user_namespaces` and `kernel.unprivileged_userns_clone`, or pass --sandbox none)",
+            errno_message("cannot create namespaces")
+        ));
+    }
+    if pid == 0 {
+        drop(sync_write);
+        namespace_init(spec, sync_read);
+    }
+    drop(sync_read);
+    // The harness's SIGTERM is for the command; this process waits for the
+    // namespace to end (or for the SIGKILL that follows the grace period).
+    // SAFETY: changing this process's own disposition.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let pid = pid as i32;
+    let maps = if spec.host_uid == 0 {
+        (
+            None,
+            format!("0 0 1\n{SANDBOX_ID} {UNPRIVILEGED_HOST_ID} 1\n"),
+            format!("0 0 1\n{SANDBOX_ID} {UNPRIVILEGED_HOST_ID} 1\n"),
+        )
+    } else {
+        (
+            Some("deny"),
+            format!("0 {} 1\n", spec.host_uid),
+            format!("0 {} 1\n", spec.host_gid),
+        )
+    };
+    let written = maps
+        .0
+        .map_or(Ok(()), |d| write_file(&format!("/proc/{pid}/setgroups"), d))
+        .and_then(|_| write_file(&format!("/proc/{pid}/uid_map"), &maps.1))
+        .and_then(|_| write_file(&format!("/proc/{pid}/gid_map"), &maps.2));
+    if let Err(e) = written {
+        // SAFETY: ending the half-made namespace.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        fail(format!("cannot write the user namespace maps: {e}"));
+    }
+    let mut sync = File::from(sync_write);
+    let _ = sync.write_all(b"g");
+    drop(sync);
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            fail(errno_message("waitpid namespace init"));
+        }
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        125
+    };
+    // SAFETY: leaving the helper.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,294 @@
+//! The namespace sandbox, exercised for real: each test runs commands through the
+//! `pdl-sandbox-init` helper and checks what the host sees afterwards.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pdl_sandbox::{
+    NamespaceRunner, NetworkPolicy, PlainRunner, ProcessRunner, RunStatus, SandboxCommand,
+    TRUNCATION_MARKER,
+};
+
+fn runner() -> NamespaceRunner {
+    NamespaceRunner::new(
+        PathBuf::from(env!("CARGO_BIN_EXE_pdl-sandbox-init")),
+        vec![],
+    )
+}
+
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn work(&self) -> PathBuf {
+        let w = self.dir.path().join("work");
+        std::fs::create_dir_all(&w).unwrap();
+        w
+    }
+
+    fn sh(&self, script: &str) -> SandboxCommand {
+        let work = self.work();
+        SandboxCommand::new("/bin/sh", &work, &self.dir.path().join("scratch"))
+            .args(["-c", script])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .writable(work)
+            .wall_time(Duration::from_secs(30))
+    }
+
+    fn python(&self, code: &str) -> SandboxCommand {
+        let work = self.work();
+        SandboxCommand::new("/usr/bin/python3", &work, &self.dir.path().join("scratch"))
+            .args(["-c", code])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .writable(work)
+            .wall_time(Duration::from_secs(30))
+    }
+}
+
+fn output(report: &pdl_sandbox::RunReport) -> String {
+    std::fs::read_to_string(&report.output_path).unwrap_or_default()
+}
+
+#[test]
+fn a_command_runs_and_reports_its_exit_code() {
+    let s = Scratch::new();
+    let r = runner().run(&s.sh("echo hello; echo oops >&2; exit 7"));
+    assert_eq!(r.status, RunStatus::Exited { code: 7 }, "{}", output(&r));
+    let out = output(&r);
+    assert!(out.contains("hello") && out.contains("oops"), "{out}");
+}
+
+#[test]
+fn a_missing_program_is_a_spawn_failure_not_an_infrastructure_one() {
+    let s = Scratch::new();
+    let mut cmd = s.sh("true");
+    cmd.program = PathBuf::from("/nonexistent/program");
+    let r = runner().run(&cmd);
+    assert!(
+        matches!(r.status, RunStatus::SpawnFailed { .. }),
+        "{:?}",
+        r.status
+    );
+    assert!(!r.status.is_infrastructure_failure());
+}
+
+#[test]
+fn the_environment_is_exactly_what_was_given() {
+    std::env::set_var("PDL_SANDBOX_TEST_SECRET", "hunter2");
+    let s = Scratch::new();
+    let r = runner().run(&s.sh("env").env("ALLOWED", "yes"));
+    let out = output(&r);
+    assert!(out.contains("ALLOWED=yes"), "{out}");
+    assert!(!out.contains("hunter2"), "a host secret leaked: {out}");
+    assert!(!out.contains("PDL_SANDBOX_TEST_SECRET"), "{out}");
+}
+
+#[test]
+fn the_host_network_is_unreachable_but_loopback_works_inside() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let s = Scratch::new();
+    let code = format!(
+        "import socket\n\
+         try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\n\
+         except OSError as e: print('refused', e)\n\
+         try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); print('CONNECTED-OUT')\n\
+         except OSError as e: print('unreachable', e)\n\
+         srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+         c = socket.create_connection(srv.getsockname()); a, _ = srv.accept(); c.sendall(b'ping'); print('LOCAL', a.recv(4))\n"
+    );
+    let r = runner().run(&s.python(&code));
+    let out = output(&r);
+    assert!(!out.contains("CONNECTED"), "{out}");
+    assert!(
+        out.contains("refused") && out.contains("unreachable"),
+        "{out}"
+    );
+    assert!(out.contains("LOCAL b'ping'"), "{out}");
+    assert!(
+        listener.accept().is_err(),
+        "the host listener saw a connection"
+    );
+}
+
+#[test]
+fn writes_outside_the_workspace_never_reach_the_host() {
+    let marker = format!("pdl-sandbox-escape-{}", std::process::id());
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let s = Scratch::new();
+    let script = format!(
+        "for d in /tmp /var/tmp {home} /usr /etc /; do echo x > $d/{marker} 2>/dev/null && echo wrote $d; done; \
+         echo y > $HOME/{marker} && echo wrote-home; echo z > ./{marker} && echo wrote-work; ls -A {home} | head -5; echo end"
+    );
+    let r = runner().run(&s.sh(&script));
+    let out = output(&r);
+    assert!(
+        out.contains("wrote-work") && out.contains("wrote-home"),
+        "{out}"
+    );
+    for host_dir in ["/tmp", "/var/tmp", home.as_str(), "/usr", "/etc", "/"] {
+        assert!(
+            !Path::new(host_dir).join(&marker).exists(),
+            "{marker} appeared in the host's {host_dir}: {out}"
+        );
+    }
+    assert!(
+        s.work().join(&marker).exists(),
+        "the workspace must be writable"
+    );
+    assert!(
+        !out.contains(".ssh") && !out.contains(".cargo"),
+        "the host home is visible: {out}"
+    );
+}
+
+#[test]
+fn root_only_files_and_runtime_sockets_are_out_of_reach() {
+    let s = Scratch::new();
+    let r = runner().run(&s.sh("id -u; cat /etc/shadow >/dev/null 2>&1 && echo READ-SHADOW; ls /run /var/run /srv 2>&1 | head -3; echo end"));
+    let out = output(&r);
+    assert!(!out.contains("READ-SHADOW"), "{out}");
+    assert!(
+        out.lines().next().is_some_and(|l| l.trim() != "0"),
+        "the command runs as root: {out}"
+    );
+}
+
+#[test]
+fn an_endless_loop_ends_within_the_bound_and_its_grace() {
+    let s = Scratch::new();
+    let mut cmd = s.sh("trap '' TERM; while :; do :; done");
+    cmd.limits.wall_time = Duration::from_secs(2);
+    cmd.limits.kill_grace = Duration::from_secs(1);
+    let started = Instant::now();
+    let r = runner().run(&cmd);
+    assert_eq!(r.status, RunStatus::TimedOut);
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            let mut buf = Vec::new();
+            std::fs::File::open(e.path().join("cmdline"))
+                .and_then(|mut f| f.read_to_end(&mut buf))
+                .is_ok()
+                && String::from_utf8_lossy(&buf).contains(marker)
+        })
+        .count()
+}
+
+#[test]
+fn a_fork_storm_leaves_no_process_behind() {
+    let marker = format!("pdlforkstorm{}", std::process::id());
+    let s = Scratch::new();
+    // 1500 detached sleepers in new sessions, then exit at once.
+    let code = format!(
+        "import subprocess\nn = 0\nfor i in range(1500):\n    try:\n        subprocess.Popen(['/bin/sh', '-c', 'exec sleep 300 # {marker}'], start_new_session=True); n += 1\n    except OSError:\n        break\nprint('started', n)\n"
+    );
+    let mut cmd = s.python(&code);
+    cmd.limits.wall_time = Duration::from_secs(60);
+    let r = runner().run(&cmd);
+    assert!(
+        matches!(r.status, RunStatus::Exited { .. }),
+        "{:?}: {}",
+        r.status,
+        output(&r)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        processes_with(&marker),
+        0,
+        "processes survived: {}",
+        output(&r)
+    );
+}
+
+#[test]
+fn huge_output_is_cut_at_the_bound_without_buffering() {
+    let s = Scratch::new();
+    let mut cmd = s.sh("head -c 200000000 /dev/zero | tr '\\0' 'x'; echo done >&2");
+    cmd.limits.max_output_bytes = 1 << 20;
+    let r = runner().run(&cmd);
+    assert!(r.output_truncated);
+    assert!(r.output_bytes >= 200_000_000, "{}", r.output_bytes);
+    let len = std::fs::metadata(&r.output_path).unwrap().len();
+    assert!(len < (1 << 20) + 200, "the output file holds {len} bytes");
+    assert!(output(&r).contains(TRUNCATION_MARKER.trim()));
+}
+
+#[test]
+fn the_gateway_route_is_the_only_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("gw").join("gateway.sock");
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let served2 = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let mut stream = stream.unwrap();
+            let mut buf = [0u8; 4];
+            use std::io::Write;
+            if stream.read_exact(&mut buf).is_ok() {
+                served2.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.write_all(b"pong");
+            }
+        }
+    });
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    let s = Scratch::new();
+    let code = format!(
+        "import socket\nc = socket.create_connection(('127.0.0.1', 18181), timeout=5); c.sendall(b'ping'); print('GATEWAY', c.recv(4))\n\
+         try:\n    socket.create_connection(('127.0.0.1', {host_port}), timeout=2); print('ESCAPED')\nexcept OSError: print('blocked')\n"
+    );
+    let cmd = s.python(&code).network(NetworkPolicy::Gateway {
+        port: 18181,
+        socket: socket.clone(),
+    });
+    let r = runner().run(&cmd);
+    let out = output(&r);
+    assert!(out.contains("GATEWAY b'pong'"), "{out}");
+    assert!(out.contains("blocked") && !out.contains("ESCAPED"), "{out}");
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    assert!(host.accept().is_err());
+}
+
+#[test]
+fn the_plain_runner_kills_its_whole_group_on_timeout() {
+    let s = Scratch::new();
+    let marker = format!("pdlplaingroup{}", std::process::id());
+    let mut cmd = s.sh(&format!("sh -c 'sleep 300 # {marker}' & sleep 300"));
+    cmd.limits.wall_time = Duration::from_secs(1);
+    cmd.limits.kill_grace = Duration::from_millis(300);
+    let r = PlainRunner.run(&cmd);
+    assert_eq!(r.status, RunStatus::TimedOut);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(processes_with(&marker), 0);
+}
