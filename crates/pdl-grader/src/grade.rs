@@ -340,6 +340,7 @@ impl Grader {
                     });
                 }
                 let mut keep = Vec::new();
+                let mut links: Vec<String> = Vec::new();
                 for file in &set.files {
                     let paths = file.touched_paths();
                     let mut forbidden = false;
@@ -354,11 +355,11 @@ impl Grader {
                             PathDecision::Allowed => {}
                         }
                     }
-                    if file.involves_symlink() && !forbidden {
+                    if file.involves_symlink() {
                         forbidden = true;
-                        report
-                            .violations
-                            .push(paths.last().copied().unwrap_or("").to_string());
+                        let path = paths.last().copied().unwrap_or("").to_string();
+                        links.push(path.clone());
+                        report.violations.push(path);
                     }
                     if !forbidden && dropped {
                         report
@@ -374,10 +375,7 @@ impl Grader {
                 if !report.violations.is_empty() {
                     return Err(Stop {
                         verdict: Verdict::PolicyViolation,
-                        detail: format!(
-                            "the patch changes forbidden paths: {}",
-                            report.violations.join(", ")
-                        ),
+                        detail: violation_detail("the patch", &report.violations, &links),
                         policy: report,
                     });
                 }
@@ -398,9 +396,13 @@ impl Grader {
                     Stop::harness(format!("cannot read the workspace {}: {e}", ws.display()))
                 })?;
                 let mut allowed = Vec::new();
+                let mut links: Vec<String> = Vec::new();
                 for (path, change) in &changes {
                     let decision = policy.decide(path);
-                    if decision == PathDecision::Forbidden || change.is_link_or_special() {
+                    if change.is_link_or_special() {
+                        links.push(path.clone());
+                        report.violations.push(path.clone());
+                    } else if decision == PathDecision::Forbidden {
                         report.violations.push(path.clone());
                     } else if decision == PathDecision::Dropped {
                         report.dropped.push(path.clone());
@@ -411,10 +413,7 @@ impl Grader {
                 if !report.violations.is_empty() {
                     return Err(Stop {
                         verdict: Verdict::PolicyViolation,
-                        detail: format!(
-                            "the workspace changes forbidden paths or adds links: {}",
-                            report.violations.join(", ")
-                        ),
+                        detail: violation_detail("the workspace", &report.violations, &links),
                         policy: report,
                     });
                 }
@@ -612,6 +611,29 @@ impl Grader {
         self.cleanup(&workdir);
         result
     }
+}
+
+/// Names what a policy violation consists of.
+fn violation_detail(what: &str, violations: &[String], links: &[String]) -> String {
+    let forbidden: Vec<&str> = violations
+        .iter()
+        .filter(|v| !links.contains(v))
+        .map(String::as_str)
+        .collect();
+    let mut parts = Vec::new();
+    if !forbidden.is_empty() {
+        parts.push(format!(
+            "changes forbidden or unsafe paths: {}",
+            forbidden.join(", ")
+        ));
+    }
+    if !links.is_empty() {
+        parts.push(format!(
+            "creates symbolic links or special files: {}",
+            links.join(", ")
+        ));
+    }
+    format!("{what} {}", parts.join("; "))
 }
 
 /// A digest of every file in a tree (paths and bytes).

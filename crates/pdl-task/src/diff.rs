@@ -342,7 +342,8 @@ pub fn parse_patch(text: &str) -> Result<PatchSet, DiffError> {
     let mut sections: Vec<SectionBuilder> = Vec::new();
     let mut current: Option<SectionBuilder> = None;
     let mut i = 0;
-    let body = |l: &str| l.trim_end_matches('\n').trim_end_matches('\r').to_string();
+    // Only the newline goes: a carriage return is content (CRLF files).
+    let body = |l: &str| l.strip_suffix('\n').unwrap_or(l).to_string();
     while i < lines.len() {
         let line = lines[i];
         let content = body(line);

@@ -1,0 +1,419 @@
+//! The real binary on fixture tasks, with expected outcomes kept as data in
+//! `tests/fixtures/expected_grades.json`: one prediction per verdict.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn pdl_swe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn grade_fixtures(out: &Path) -> Output {
+    let tasks = fixtures().join("tasks");
+    let predictions = fixtures().join("predictions.jsonl");
+    pdl_swe(&[
+        "grade",
+        "--dataset",
+        tasks.to_str().unwrap(),
+        "--predictions",
+        predictions.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--test-timeout",
+        "4",
+        "-j",
+        "2",
+    ])
+}
+
+/// Checks one record against one expected entry (only the keys the entry names).
+fn matches(record: &Value, expected: &Value) -> Result<(), String> {
+    let e = expected.as_object().unwrap();
+    if record["model_name_or_path"] != e["model"] || record["verdict"] != e["verdict"] {
+        return Err("different model or verdict".into());
+    }
+    if let Some(reward) = e.get("reward") {
+        let got = record["reward"].as_f64().unwrap();
+        if (got - reward.as_f64().unwrap()).abs() > 1e-9 {
+            return Err(format!("reward {got} != {reward}"));
+        }
+    }
+    if let Some(rung) = e.get("landed_rung") {
+        if &record["landed_rung"] != rung {
+            return Err(format!("landed_rung {} != {rung}", record["landed_rung"]));
+        }
+    }
+    for key in ["violations", "dropped"] {
+        if let Some(v) = e.get(key) {
+            if &record["policy"][key] != v {
+                return Err(format!("policy.{key} {} != {v}", record["policy"][key]));
+            }
+        }
+    }
+    if let Some(tests) = e.get("tests").and_then(Value::as_object) {
+        for (id, outcome) in tests {
+            if &record["tests"][id] != outcome {
+                return Err(format!("{id}: {} != {outcome}", record["tests"][id]));
+            }
+        }
+    }
+    if let Some(components) = e.get("components").and_then(Value::as_object) {
+        for (k, v) in components {
+            if record["components"][k].as_f64() != v.as_f64() {
+                return Err(format!(
+                    "components.{k}: {} != {v}",
+                    record["components"][k]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_verdict_is_graded_as_recorded_in_the_fixture_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results.jsonl");
+    let run = grade_fixtures(&out);
+    // A harness error (the broken fixture task) makes the exit status 1.
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    let got = records(&out);
+    let expected: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("expected_grades.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(got.len(), expected.len(), "{}", text(&run));
+    let mut unused: Vec<&Value> = got.iter().collect();
+    for e in &expected {
+        let position = unused.iter().position(|r| matches(r, e).is_ok());
+        match position {
+            Some(i) => {
+                unused.remove(i);
+            }
+            None => {
+                let reasons: Vec<String> = got
+                    .iter()
+                    .filter(|r| r["model_name_or_path"] == e["model"])
+                    .map(|r| format!("{}: {:?}", r["verdict"], matches(r, e)))
+                    .collect();
+                panic!("no record matches {e}: {reasons:?}");
+            }
+        }
+    }
+    // Every record carries the keys the specification names.
+    for r in &got {
+        for key in [
+            "instance_id",
+            "model_name_or_path",
+            "kind",
+            "reward",
+            "components",
+            "verdict",
+            "tests",
+            "policy",
+            "landed_rung",
+            "duration_s",
+            "provenance",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing from {r}");
+        }
+    }
+    let timeout = got
+        .iter()
+        .find(|r| r["model_name_or_path"] == "timeout")
+        .unwrap();
+    assert!(
+        timeout["duration_s"].as_f64().unwrap() < 4.0 + 2.0 + 3.0,
+        "{timeout}"
+    );
+
+    // Resuming grades nothing twice.
+    let again = grade_fixtures(&out);
+    assert!(
+        String::from_utf8_lossy(&again.stdout)
+            .contains(&format!("({} already graded and skipped)", expected.len())),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(records(&out).len(), expected.len());
+
+    // A torn last line (a killed run) is cut off and that prediction regraded.
+    let mut content = std::fs::read_to_string(&out).unwrap();
+    let last_start = content.trim_end().rfind('\n').unwrap() + 1;
+    content.truncate(last_start + 10);
+    std::fs::write(&out, &content).unwrap();
+    let resumed = grade_fixtures(&out);
+    let after = records(&out);
+    assert_eq!(after.len(), expected.len(), "{}", text(&resumed));
+}
+
+#[test]
+fn validate_and_calibrate_name_what_is_wrong() {
+    let tasks = fixtures().join("tasks");
+    let t = tasks.to_str().unwrap();
+    let ok = pdl_swe(&[
+        "validate",
+        "--dataset",
+        t,
+        "pdl_fixture_calc_001",
+        "--repeat",
+        "2",
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let broken = pdl_swe(&[
+        "validate",
+        "--dataset",
+        t,
+        "pdl_fixture_broken_002",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
+    let report: Value = serde_json::from_slice(&broken.stdout).unwrap();
+    let checks: Vec<&str> = report["tasks"][0]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap())
+        .collect();
+    assert!(checks.contains(&"test_patch"), "{checks:?}");
+    assert!(checks.contains(&"gold"), "{checks:?}");
+
+    let cal = pdl_swe(&["calibrate", "--dataset", t, "--format", "json"]);
+    assert_eq!(cal.status.code(), Some(1), "{}", text(&cal));
+    let report: Value = serde_json::from_slice(&cal.stdout).unwrap();
+    let rows = report["tasks"].as_array().unwrap();
+    let calc = rows
+        .iter()
+        .find(|r| r["task_id"] == "pdl_fixture_calc_001")
+        .unwrap();
+    assert_eq!(calc["gold"], 1.0);
+    assert_eq!(calc["noop"], 0.2);
+    assert_eq!(calc["rungs"][0]["got"], 0.6);
+    assert_eq!(calc["deviations"], serde_json::json!([]));
+    let broken = rows
+        .iter()
+        .find(|r| r["task_id"] == "pdl_fixture_broken_002")
+        .unwrap();
+    assert!(!broken["deviations"].as_array().unwrap().is_empty());
+
+    let unknown = pdl_swe(&["validate", "--dataset", t, "no_such_task"]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no task called no_such_task"));
+}
+
+fn read_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name == "__pycache__" || name.ends_with(".pyc") || name == ".pytest_cache" {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((
+                    p.strip_prefix(dir).unwrap().display().to_string(),
+                    std::fs::read(&p).unwrap(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_bundled_suite_survives_every_conversion_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = repo_root().join("tasks");
+    for ext in ["parquet", "jsonl"] {
+        let file = dir.path().join(format!("suite.{ext}"));
+        let out = pdl_swe(&["tasks", "export", "--to", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let tree = dir.path().join(format!("tree-{ext}"));
+        let out = pdl_swe(&[
+            "tasks",
+            "export",
+            "--dataset",
+            file.to_str().unwrap(),
+            "--to",
+            tree.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let (got, want) = (read_tree(&tree), read_tree(&original));
+        let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&got),
+            names(&want),
+            "tree → {ext} → tree changed the file list"
+        );
+        for ((name, a), (_, b)) in got.iter().zip(&want) {
+            assert!(
+                a == b,
+                "tree → {ext} → tree changed {name}:\n{}\n---\n{}",
+                String::from_utf8_lossy(a),
+                String::from_utf8_lossy(b)
+            );
+        }
+    }
+    let list = pdl_swe(&["tasks", "list", "--format", "json"]);
+    let tasks: Vec<Value> = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(tasks.len(), 18);
+    let mut tiers: Vec<&str> = tasks.iter().map(|t| t["tier"].as_str().unwrap()).collect();
+    tiers.sort();
+    tiers.dedup_by(|a, b| a == b);
+    assert_eq!(tiers, ["T1", "T2", "T3", "T4", "T5"]);
+}
+
+fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
+    let out = pdl_swe(args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_datasets_and_predictions_are_named_precisely() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let tasks = fixtures().join("tasks");
+    let t = tasks.to_str().unwrap();
+
+    // A truncated Parquet file.
+    pdl_swe(&["tasks", "export", "--dataset", t, "--to", &d("ok.parquet")]);
+    let bytes = std::fs::read(d("ok.parquet")).unwrap();
+    std::fs::write(d("cut.parquet"), &bytes[..bytes.len() / 2]).unwrap();
+    let (code, err) = stderr_of(&["tasks", "list", "--dataset", &d("cut.parquet")]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cut.parquet: not a readable Parquet file"),
+        "{err}"
+    );
+
+    // JSONL: a bad line, a wrong type, a missing column and a duplicate; the good row still loads.
+    pdl_swe(&["tasks", "export", "--dataset", t, "--to", &d("ok.jsonl")]);
+    let good = std::fs::read_to_string(d("ok.jsonl")).unwrap();
+    let first = good.lines().next().unwrap().to_string();
+    let mut wrong_type: Value = serde_json::from_str(&first).unwrap();
+    wrong_type["instance_id"] = "x-v1".into();
+    wrong_type["token_budget"] = "lots".into();
+    let mut missing: Value = serde_json::from_str(&first).unwrap();
+    missing["instance_id"] = "y-v1".into();
+    missing.as_object_mut().unwrap().remove("PASS_TO_PASS");
+    let bad = format!("{first}\n{{\"truncated\": \n{wrong_type}\n{missing}\n{first}\n");
+    std::fs::write(d("bad.jsonl"), bad).unwrap();
+    let out = pdl_swe(&[
+        "tasks",
+        "list",
+        "--dataset",
+        &d("bad.jsonl"),
+        "--format",
+        "json",
+    ]);
+    let listed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.len(), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.jsonl: line 2: invalid JSON"), "{err}");
+    assert!(
+        err.contains("bad.jsonl: line 3 (x-v1): `token_budget`: expected int64, found string"),
+        "{err}"
+    );
+    assert!(
+        err.contains("bad.jsonl: line 4 (y-v1): `PASS_TO_PASS`: missing column"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`instance_id`: duplicate instance_id"),
+        "{err}"
+    );
+
+    // A task tree with broken YAML and one with a non-UTF-8 fixture file.
+    let trees = dir.path().join("trees");
+    pdl_swe(&[
+        "tasks",
+        "export",
+        "--dataset",
+        t,
+        "--to",
+        trees.to_str().unwrap(),
+    ]);
+    let manifest = trees.join("pdl_fixture_calc_001/manifest.yaml");
+    std::fs::write(&manifest, "instance_id: [unclosed\n").unwrap();
+    std::fs::write(
+        trees.join("pdl_fixture_broken_002/fixtures/src/blob.py"),
+        [0xff, 0xfe, 0x00],
+    )
+    .unwrap();
+    let (code, err) = stderr_of(&["tasks", "list", "--dataset", trees.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("pdl_fixture_calc_001: `manifest.yaml`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`fixtures/src/blob.py`: not UTF-8 text"),
+        "{err}"
+    );
+
+    // Predictions that cannot be read at all are a usage error.
+    let (code, err) = stderr_of(&[
+        "grade",
+        "--dataset",
+        t,
+        "--predictions",
+        &d("missing.jsonl"),
+        "--out",
+        &d("o.jsonl"),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("missing.jsonl"), "{err}");
+    std::fs::write(d("broken.json"), "[{\"instance_id\": ").unwrap();
+    let (code, err) = stderr_of(&[
+        "grade",
+        "--dataset",
+        t,
+        "--predictions",
+        &d("broken.json"),
+        "--out",
+        &d("o.jsonl"),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("broken.json: not a valid JSON list"), "{err}");
+    let (code, err) = stderr_of(&["tasks", "list", "--dataset", &d("nothing.csv")]);
+    assert_eq!(code, Some(2), "{err}");
+}
