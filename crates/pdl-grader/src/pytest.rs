@@ -131,6 +131,17 @@ pub fn run_pytest(
     for path in &env.readable_paths {
         cmd = cmd.readable(path.clone());
     }
+    // The exact command, for reproducing a grading by hand from a kept workdir.
+    std::fs::write(
+        dirs.scratch.join("command.json"),
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "program": cmd.program,
+            "args": cmd.args,
+            "cwd": cmd.cwd,
+            "env": cmd.env,
+        }))
+        .expect("commands serialize"),
+    )?;
     let report = runner.run(&cmd);
     let text = std::fs::read_to_string(&outcomes).unwrap_or_default();
     Ok(PytestRun {

@@ -79,6 +79,8 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// Grade a SWE-bench style predictions file.
     Grade(GradeArgs),
+    /// Check this machine: Python, installer, git, sandbox and its start cost.
+    Doctor(DoctorArgs),
     /// Internal: the sandbox's first process.
     #[command(name = "__sandbox-init", hide = true)]
     SandboxInit {
@@ -156,6 +158,22 @@ pub struct GradeArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Output format of the summary.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Sandbox runs to time.
+    #[arg(long, default_value_t = 50)]
+    pub runs: usize,
+    /// The Python interpreter to check (default: python3 on PATH).
+    #[arg(long, value_name = "PATH", env = "PDL_SWE_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// The cache folder to report.
+    #[arg(long, value_name = "DIR", env = "PDL_SWE_CACHE")]
+    pub cache_dir: Option<PathBuf>,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }

@@ -27,6 +27,7 @@ fn main() {
         cli::Command::Validate(args) => commands::validate::run(args),
         cli::Command::Calibrate(args) => commands::calibrate::run(args),
         cli::Command::Grade(args) => commands::grade::run(args),
+        cli::Command::Doctor(args) => commands::doctor::run(args),
         cli::Command::SandboxInit { .. } => Ok(exit::USAGE),
     };
     let code = match result {

@@ -1,0 +1,203 @@
+//! Shared helpers of the integration tests: a small real HTTP client, scripts,
+//! and test upstreams (real HTTP servers with behaviour of their own).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, Method, Request};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use pdl_episode::sse::SseParser;
+use pdl_episode::ReplayScript;
+use serde_json::Value;
+
+/// The real key the tests give the gateway.
+pub const REAL_KEY: &str = "sk-test-upstream-secret-0123456789abcdef";
+
+/// A blocking HTTP/1.1 client over a runtime of its own.
+pub struct Http {
+    pub rt: tokio::runtime::Runtime,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A response read to its end.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// When each body frame arrived, from the request's start.
+    pub frame_times: Vec<Duration>,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The SSE data payloads, parsed; `[DONE]` as the string "[DONE]".
+    pub fn events(&self) -> Vec<Value> {
+        let mut parser = SseParser::new();
+        let mut events = parser.push(&self.body);
+        events.extend(parser.finish());
+        events
+            .into_iter()
+            .filter_map(|e| e.data)
+            .map(|data| serde_json::from_str(&data).unwrap_or(Value::String(data)))
+            .collect()
+    }
+
+    /// The SSE `event:` names, in order.
+    pub fn event_names(&self) -> Vec<String> {
+        let mut parser = SseParser::new();
+        parser
+            .push(&self.body)
+            .into_iter()
+            .filter_map(|e| e.event)
+            .collect()
+    }
+
+    /// The error message in either API's error format.
+    pub fn error_message(&self) -> String {
+        self.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Http {
+    pub fn new() -> Http {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Http { rt, client }
+    }
+
+    pub fn client(&self) -> Client<HttpConnector, Full<Bytes>> {
+        self.client.clone()
+    }
+
+    pub fn post(&self, url: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
+        self.rt.block_on(send(
+            &self.client,
+            Method::POST,
+            url,
+            headers,
+            Some(body.to_string()),
+        ))
+    }
+
+    pub fn get(&self, url: &str, headers: &[(&str, &str)]) -> Answer {
+        self.rt
+            .block_on(send(&self.client, Method::GET, url, headers, None))
+    }
+}
+
+/// Sends one request and reads the whole response, timing each frame.
+pub async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<String>,
+) -> Answer {
+    let started = Instant::now();
+    let mut request = Request::builder().method(method).uri(url);
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .unwrap();
+    let response = client.request(request).await.expect("request failed");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    let mut frame_times = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("body broke off").into_data() {
+            frame_times.push(started.elapsed());
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Answer {
+        status,
+        headers,
+        body: Bytes::from(bytes),
+        frame_times,
+    }
+}
+
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// A script from JSON.
+pub fn script(value: Value) -> ReplayScript {
+    ReplayScript::parse(&value.to_string(), Path::new("test-script.json")).unwrap()
+}
+
+/// The lines of a trajectory file, parsed.
+pub fn trajectory(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// A real HTTP server for a test upstream, on its own runtime.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl TestServer {
+    pub fn start(router: axum::Router) -> TestServer {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        rt.spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        TestServer { addr, rt: Some(rt) }
+    }
+
+    /// The base URL with `/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
