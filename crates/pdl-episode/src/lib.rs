@@ -1,4 +1,9 @@
-//! Episode plumbing: the model gateway and the replay model.
+//! Agent episodes: the model gateway, the replay model, the agents and campaigns.
+//!
+//! - [`campaign::run_campaign`] runs tasks × agents × samples: each episode gets a
+//!   fresh git workspace, an agent ([`agent::builtin`] or an external command)
+//!   working under the token budget through the gateway, and the final workspace
+//!   graded by `pdl-grader`; calibration runs in the campaign too.
 //!
 //! - [`Gateway`] is the local HTTP server an agent talks to instead of the real
 //!   model provider. It speaks the OpenAI Chat Completions API and the Anthropic
@@ -36,6 +41,8 @@
 //! # }
 //! ```
 
+pub mod agent;
+pub mod campaign;
 pub mod gateway;
 pub mod provider;
 pub mod replay;

@@ -178,3 +178,67 @@ impl ResultRecord {
             .collect()
     }
 }
+
+/// A JSON Lines file of result records that is appended to as results arrive:
+/// every record is flushed on its own line, so an interrupted run loses nothing
+/// that was reported. Opening it cuts off a torn last line (a run killed
+/// mid-write) and reads back the complete records.
+pub struct RecordLog {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    existing: Vec<ResultRecord>,
+}
+
+impl RecordLog {
+    /// Opens (creating) `path` for appending.
+    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
+        use std::io::{Read, Seek, SeekFrom};
+        let with_path =
+            |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(with_path)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(with_path)?;
+        let mut content = Vec::new();
+        file.read_to_end(&mut content).map_err(with_path)?;
+        if !content.is_empty() && !content.ends_with(b"\n") {
+            let keep = content
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            content.truncate(keep);
+            file.set_len(keep as u64).map_err(with_path)?;
+            file.seek(SeekFrom::End(0)).map_err(with_path)?;
+        }
+        let existing = String::from_utf8_lossy(&content)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        Ok(RecordLog {
+            path: path.to_path_buf(),
+            file,
+            existing,
+        })
+    }
+
+    /// The complete records the file held when it was opened.
+    pub fn existing(&self) -> &[ResultRecord] {
+        &self.existing
+    }
+
+    /// Appends one record and flushes it.
+    pub fn append(&mut self, record: &ResultRecord) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut line = serde_json::to_vec(record).expect("records serialize");
+        line.push(b'\n');
+        self.file
+            .write_all(&line)
+            .and_then(|_| self.file.flush())
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))
+    }
+}

@@ -79,6 +79,13 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// Grade a SWE-bench style predictions file.
     Grade(GradeArgs),
+    /// Run a campaign: tasks × agents × samples through the metering gateway.
+    Run(RunCampaignArgs),
+    /// Write the reports of a campaign's run folder.
+    Report(ReportArgs),
+    /// The replay model: a local OpenAI- and Anthropic-compatible server.
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Check this machine: Python, installer, git, sandbox and its start cost.
     Doctor(DoctorArgs),
     /// Internal: the sandbox's first process.
@@ -176,4 +183,106 @@ pub struct DoctorArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+/// The upstream model API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApiChoice {
+    /// OpenAI Chat Completions.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+#[derive(Debug, Args)]
+pub struct RunCampaignArgs {
+    /// An agent to evaluate: `builtin` (repeatable with --agent-cmd).
+    #[arg(long = "agent", value_name = "NAME", value_parser = ["builtin"])]
+    pub agents: Vec<String>,
+    /// An external agent command, run by `sh -c` in the sandboxed workspace (repeatable).
+    #[arg(long = "agent-cmd", value_name = "COMMAND")]
+    pub agent_cmds: Vec<String>,
+    /// The model to evaluate.
+    #[arg(long, value_name = "NAME")]
+    pub model: String,
+    /// The real upstream's base URL, `/v1` included (default: the provider's public API).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The upstream's API.
+    #[arg(long, value_enum, default_value_t = ApiChoice::Openai)]
+    pub api: ApiChoice,
+    /// The environment variable holding the upstream API key (default:
+    /// OPENAI_API_KEY or ANTHROPIC_API_KEY). Unset: no key is sent.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Episodes per task and agent.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub samples: usize,
+    /// The run folder: results.jsonl, trajectories, patches. An existing folder is resumed.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub out: PathBuf,
+    /// A task to run (task ID or instance ID; repeatable; default: all).
+    #[arg(long = "task", value_name = "ID")]
+    pub tasks: Vec<String>,
+    /// An extra variable for external agents (repeatable).
+    #[arg(long = "agent-env", value_name = "NAME=VALUE")]
+    pub agent_env: Vec<String>,
+    /// A host path external agents may read, such as their own installation (repeatable).
+    #[arg(long = "agent-path", value_name = "PATH")]
+    pub agent_paths: Vec<PathBuf>,
+    /// Model calls per episode (built-in agent).
+    #[arg(long, default_value_t = 100)]
+    pub max_steps: usize,
+    /// Wall-clock bound of one episode, in seconds.
+    #[arg(long, default_value_t = 3600.0, value_name = "SECONDS")]
+    pub episode_timeout: f64,
+    /// Default bound of one shell command of the built-in agent, in seconds.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    pub shell_timeout: f64,
+    /// Bound on one upstream request, in seconds.
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub upstream_timeout: f64,
+    /// Keep every episode's final workspace under RUN_DIR/workspaces/.
+    #[arg(long)]
+    pub keep_workspaces: bool,
+    #[command(flatten)]
+    pub dataset: DatasetArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Output format of the summary.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The campaign's run folder.
+    pub run_dir: PathBuf,
+    /// Where report.json, report.md and index.html go (default: RUN_DIR/report).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub dataset: DatasetArgs,
+    /// Output format on the terminal.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Serve canned replies from a script (or a recorded trajectory) until Ctrl-C.
+    Serve {
+        /// The replay script (JSON).
+        #[arg(long, value_name = "FILE", required_unless_present = "trajectory")]
+        script: Option<PathBuf>,
+        /// Replay a gateway trajectory file instead of a script.
+        #[arg(long, value_name = "FILE", conflicts_with = "script")]
+        trajectory: Option<PathBuf>,
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Added latency per reply, in milliseconds.
+        #[arg(long, default_value_t = 0, value_name = "MS")]
+        latency_ms: u64,
+    },
 }

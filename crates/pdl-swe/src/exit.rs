@@ -45,3 +45,12 @@ impl From<anyhow::Error> for ExitError {
         }
     }
 }
+
+impl From<std::io::Error> for ExitError {
+    fn from(error: std::io::Error) -> Self {
+        ExitError {
+            code: FAILURES,
+            error: error.into(),
+        }
+    }
+}

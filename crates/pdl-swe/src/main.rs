@@ -28,6 +28,9 @@ fn main() {
         cli::Command::Calibrate(args) => commands::calibrate::run(args),
         cli::Command::Grade(args) => commands::grade::run(args),
         cli::Command::Doctor(args) => commands::doctor::run(args),
+        cli::Command::Run(args) => commands::run::run(args),
+        cli::Command::Report(args) => commands::report::run(args),
+        cli::Command::Model(cmd) => commands::model::run(cmd),
         cli::Command::SandboxInit { .. } => Ok(exit::USAGE),
     };
     let code = match result {

@@ -29,6 +29,8 @@ pub struct RunSettings {
     pub cache_dir: PathBuf,
     /// The grader.
     pub grader: Grader,
+    /// The runner every piece of task code goes through.
+    pub runner: Arc<dyn ProcessRunner>,
 }
 
 /// The default cache folder.
@@ -77,12 +79,13 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
             limits: ResourceLimits::default(),
         },
         envs,
-        runner,
+        runner.clone(),
     );
     Ok(RunSettings {
         parallelism,
         cache_dir,
         grader,
+        runner,
     })
 }
 

@@ -1,12 +1,13 @@
 //! `pdl-swe calibrate`: gold, do-nothing and every rung, one table.
 
 use pdl_grader::certify::{calibrate, plan, run_plan, CalibrationRow, JobResult, PlanOptions};
+use pdl_grader::record::RecordLog;
 use serde::Serialize;
 
 use crate::cli::{CalibrateArgs, Format};
 use crate::commands::{report_load_errors, select};
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar, reward, table, JsonlAppender};
+use crate::render::{print_json, progress_bar, reward, table};
 use crate::settings::{load_dataset, resolve};
 
 #[derive(Serialize)]
@@ -32,7 +33,12 @@ pub fn run(args: &CalibrateArgs) -> Result<i32, ExitError> {
             rungs: true,
         },
     );
-    let mut out = args.out.as_deref().map(JsonlAppender::open).transpose()?;
+    let mut out = args
+        .out
+        .as_deref()
+        .map(RecordLog::open)
+        .transpose()
+        .map_err(anyhow::Error::from)?;
     let bar = progress_bar(jobs.len(), "calibrate");
     let mut write_error = None;
     let measured = run_plan(

@@ -4,13 +4,14 @@ use std::collections::{BTreeMap, HashSet};
 
 use anyhow::Context;
 use pdl_grader::predictions::{grade_predictions, parse_predictions, resume_key, GradePhase};
+use pdl_grader::record::RecordLog;
 use pdl_grader::{ResultRecord, Verdict};
 use serde::Serialize;
 
 use crate::cli::{Format, GradeArgs};
 use crate::commands::report_load_errors;
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar, read_jsonl, reward, table, JsonlAppender};
+use crate::render::{print_json, progress_bar, reward, table};
 use crate::settings::{load_dataset, resolve};
 
 #[derive(Serialize, Default)]
@@ -30,9 +31,9 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
     let entries = parse_predictions(&bytes, &args.predictions.display().to_string())
         .map_err(|e| ExitError::usage(anyhow::anyhow!(e)))?;
     let settings = resolve(&args.run)?;
-    let previous: Vec<ResultRecord> = read_jsonl(&args.out);
+    let mut out = RecordLog::open(&args.out).map_err(anyhow::Error::from)?;
+    let previous: Vec<ResultRecord> = out.existing().to_vec();
     let done: HashSet<_> = previous.iter().map(resume_key).collect();
-    let mut out = JsonlAppender::open(&args.out)?;
     let bar = progress_bar(entries.len(), "grade");
     let mut records: Vec<ResultRecord> = previous;
     let mut write_error = None;

@@ -4,6 +4,9 @@
 pub mod calibrate;
 pub mod doctor;
 pub mod grade;
+pub mod model;
+pub mod report;
+pub mod run;
 pub mod tasks;
 pub mod validate;
 

@@ -3,12 +3,13 @@
 use pdl_grader::certify::{
     plan, run_plan, validate, CheckFailure, JobResult, PlanOptions, TaskValidation,
 };
+use pdl_grader::record::RecordLog;
 use serde::Serialize;
 
 use crate::cli::{Format, ValidateArgs};
 use crate::commands::select;
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar, table, JsonlAppender};
+use crate::render::{print_json, progress_bar, table};
 use crate::settings::{load_dataset, resolve};
 
 #[derive(Serialize)]
@@ -32,7 +33,12 @@ pub fn run(args: &ValidateArgs) -> Result<i32, ExitError> {
             rungs: true,
         },
     );
-    let mut out = args.out.as_deref().map(JsonlAppender::open).transpose()?;
+    let mut out = args
+        .out
+        .as_deref()
+        .map(RecordLog::open)
+        .transpose()
+        .map_err(anyhow::Error::from)?;
     let bar = progress_bar(jobs.len(), "validate");
     let mut write_error = None;
     let measured = run_plan(

@@ -1,0 +1,414 @@
+//! Agents and the pieces of one episode: the workspace an agent gets
+//! ([`prepare_workspace`]), the built-in agent ([`builtin`]), external command
+//! agents ([`run_external`]), how an episode ends ([`EndReason`]) and the final
+//! patch ([`final_patch`]).
+
+pub mod builtin;
+pub mod chat;
+pub mod tools;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pdl_sandbox::{NetworkPolicy, ProcessRunner, RunStatus, SandboxCommand};
+use pdl_task::RepoFile;
+use serde::{Deserialize, Serialize};
+
+/// Why an episode ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The agent said it was done (or its command exited 0).
+    Finished,
+    /// The token budget was spent.
+    BudgetExhausted,
+    /// The step limit was reached.
+    StepLimit,
+    /// The wall-clock limit was reached.
+    TimeLimit,
+    /// The agent failed (an error from the model API, a non-zero exit).
+    AgentError,
+}
+
+impl EndReason {
+    /// The name used in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::Finished => "finished",
+            EndReason::BudgetExhausted => "budget_exhausted",
+            EndReason::StepLimit => "step_limit",
+            EndReason::TimeLimit => "time_limit",
+            EndReason::AgentError => "agent_error",
+        }
+    }
+}
+
+/// Bounds on one episode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpisodeLimits {
+    /// Model calls (built-in agent) before the episode ends.
+    pub max_steps: usize,
+    /// Wall-clock bound of the whole episode.
+    pub wall_time: Duration,
+    /// Default bound of one shell command of the built-in agent.
+    pub shell_timeout: Duration,
+}
+
+impl Default for EpisodeLimits {
+    fn default() -> Self {
+        EpisodeLimits {
+            max_steps: 100,
+            wall_time: Duration::from_secs(3600),
+            shell_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What an agent is told about its task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskBrief {
+    /// The issue.
+    pub problem_statement: String,
+    /// Globs the agent may modify.
+    pub allowed: Vec<String>,
+    /// Globs it must not modify.
+    pub forbidden: Vec<String>,
+    /// Its token budget.
+    pub token_budget: u64,
+}
+
+/// How an agent's run went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRun {
+    /// Why it ended.
+    pub end_reason: EndReason,
+    /// Model calls made.
+    pub steps: usize,
+    /// What went wrong, for `agent_error`.
+    pub error: Option<String>,
+    /// The agent's own summary, when it gave one.
+    pub summary: Option<String>,
+    /// Wall time of the agent, in seconds.
+    pub wall_s: f64,
+}
+
+fn git(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    let ceiling = dir.parent().unwrap_or(Path::new("/"));
+    cmd.current_dir(dir)
+        .env_clear()
+        .env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        )
+        .env("HOME", dir)
+        .env("GIT_CEILING_DIRECTORIES", ceiling)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "pdl-swe")
+        .env("GIT_AUTHOR_EMAIL", "pdl-swe@localhost")
+        .env("GIT_COMMITTER_NAME", "pdl-swe")
+        .env("GIT_COMMITTER_EMAIL", "pdl-swe@localhost")
+        .env("GIT_AUTHOR_DATE", "2000-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2000-01-01T00:00:00Z")
+        .env("LC_ALL", "C");
+    cmd
+}
+
+fn run_git(cmd: &mut Command, what: &str) -> std::io::Result<Vec<u8>> {
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "git {what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Writes the task's files into `dir` and makes it a git repository with one base
+/// commit, so `git diff` works for the agent.
+pub fn prepare_workspace(files: &[RepoFile], dir: &Path) -> std::io::Result<()> {
+    pdl_grader::workspace::materialize(files, dir)?;
+    run_git(git(dir).args(["init", "-q", "-b", "main"]), "init")?;
+    run_git(git(dir).args(["add", "-A", "-f"]), "add")?;
+    run_git(
+        git(dir).args(["commit", "-q", "--no-verify", "-m", "base"]),
+        "commit",
+    )?;
+    Ok(())
+}
+
+/// Copies a tree without following symbolic links and without `.git` or caches.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    let mut walker = walkdir_entries(from)?;
+    walker.sort();
+    for rel in walker {
+        let src = from.join(&rel);
+        let dst = to.join(&rel);
+        let meta = std::fs::symlink_metadata(&src)?;
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else if meta.is_file() {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
+}
+
+fn walkdir_entries(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for entry in std::fs::read_dir(root.join(&rel))? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let child = rel.join(&name);
+            let rel_text = child.to_string_lossy().replace('\\', "/");
+            if pdl_grader::workspace::is_ignored(&rel_text) {
+                continue;
+            }
+            let ft = entry.file_type()?;
+            if ft.is_dir() {
+                stack.push(child);
+            } else {
+                out.push(child);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The agent's changes as a unified diff against the pristine files. Computed on
+/// copies, never inside the agent's repository (whose git configuration the agent
+/// controls).
+pub fn final_patch(
+    files: &[RepoFile],
+    workspace: &Path,
+    scratch: &Path,
+) -> std::io::Result<String> {
+    let root = scratch.join("final-patch");
+    let _ = std::fs::remove_dir_all(&root);
+    pdl_grader::workspace::materialize(files, &root.join("a"))?;
+    copy_tree(workspace, &root.join("b"))?;
+    let out = git(&root)
+        .args([
+            "diff",
+            "--no-index",
+            "--binary",
+            "--no-prefix",
+            "--no-color",
+            "--no-ext-diff",
+            "a",
+            "b",
+        ])
+        .output()?;
+    let _ = std::fs::remove_dir_all(&root);
+    // `git diff --no-index` exits 1 when the trees differ.
+    match out.status.code() {
+        Some(0) | Some(1) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        _ => Err(std::io::Error::other(format!(
+            "git diff: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+    }
+}
+
+/// The environment every agent process gets (before agent-specific variables).
+pub fn base_environment(python_bin: Option<&Path>) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let path = match python_bin {
+        Some(bin) => format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+        None => "/usr/local/bin:/usr/bin:/bin".to_string(),
+    };
+    env.insert("PATH".into(), path);
+    env.insert("LANG".into(), "C.UTF-8".into());
+    env.insert("LC_ALL".into(), "C.UTF-8".into());
+    env.insert("TERM".into(), "dumb".into());
+    env.insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
+    env.insert("USER".into(), "agent".into());
+    env
+}
+
+/// An external agent's settings.
+#[derive(Debug, Clone)]
+pub struct ExternalAgent {
+    /// The command, run by `sh -c` in the workspace.
+    pub command: String,
+    /// Extra variables (`--agent-env`).
+    pub env: Vec<(String, String)>,
+    /// Extra host paths the agent may read (its own installation).
+    pub readable: Vec<PathBuf>,
+}
+
+/// Where an external agent reaches the gateway from inside the sandbox.
+#[derive(Debug, Clone)]
+pub struct GatewayRoute {
+    /// Port on the sandbox's loopback.
+    pub port: u16,
+    /// The gateway's Unix socket on the host.
+    pub socket: PathBuf,
+    /// The episode's token.
+    pub token: String,
+    /// The model name the campaign evaluates.
+    pub model: String,
+    /// The upstream API.
+    pub api: crate::ApiKind,
+}
+
+/// Runs an external agent command in the sandbox. An infrastructure failure (the
+/// sandbox could not start) is returned as `Err`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_external(
+    agent: &ExternalAgent,
+    runner: &Arc<dyn ProcessRunner>,
+    workspace: &Path,
+    scratch: &Path,
+    mut env: BTreeMap<String, String>,
+    mut readable: Vec<PathBuf>,
+    brief: &TaskBrief,
+    route: &GatewayRoute,
+    limits: &EpisodeLimits,
+    budget_spent: &dyn Fn() -> bool,
+    calls: &dyn Fn() -> usize,
+) -> Result<AgentRun, String> {
+    let started = Instant::now();
+    let mut cmd = SandboxCommand::new("/bin/sh", workspace, scratch)
+        .args(["-c", agent.command.as_str()])
+        .writable(workspace.to_path_buf())
+        .wall_time(limits.wall_time)
+        .network(NetworkPolicy::Gateway {
+            port: route.port,
+            socket: route.socket.clone(),
+        });
+    cmd.output = scratch.join("agent.log");
+    cmd.limits.max_output_bytes = 16 << 20;
+    std::fs::create_dir_all(&cmd.home)
+        .map_err(|e| format!("cannot create the agent's home: {e}"))?;
+    let problem_file = cmd.home.join("problem.md");
+    std::fs::write(&problem_file, &brief.problem_statement)
+        .map_err(|e| format!("cannot write {}: {e}", problem_file.display()))?;
+    let base = format!("http://127.0.0.1:{}", route.port);
+    env.insert("OPENAI_BASE_URL".into(), format!("{base}/v1"));
+    env.insert("OPENAI_API_BASE".into(), format!("{base}/v1"));
+    env.insert("ANTHROPIC_BASE_URL".into(), base.clone());
+    env.insert("OPENAI_API_KEY".into(), route.token.clone());
+    env.insert("ANTHROPIC_API_KEY".into(), route.token.clone());
+    env.insert("PDL_GATEWAY_URL".into(), base);
+    env.insert("PDL_MODEL".into(), route.model.clone());
+    env.insert("PDL_API".into(), route.api.name().into());
+    env.insert(
+        "PDL_PROBLEM_STATEMENT".into(),
+        brief.problem_statement.clone(),
+    );
+    env.insert(
+        "PDL_PROBLEM_FILE".into(),
+        problem_file.display().to_string(),
+    );
+    env.insert("PDL_TOKEN_BUDGET".into(), brief.token_budget.to_string());
+    env.insert("PDL_PATCH_POLICY_ALLOWED".into(), brief.allowed.join("\n"));
+    env.insert(
+        "PDL_PATCH_POLICY_FORBIDDEN".into(),
+        brief.forbidden.join("\n"),
+    );
+    env.insert("PDL_WORKSPACE".into(), workspace.display().to_string());
+    for (k, v) in &agent.env {
+        env.insert(k.clone(), v.clone());
+    }
+    cmd.env = env;
+    readable.extend(agent.readable.iter().cloned());
+    cmd.readable = readable;
+    let report = runner.run(&cmd);
+    let wall_s = started.elapsed().as_secs_f64();
+    let tail = || report.output_tail(2000);
+    let (end_reason, error) = match &report.status {
+        RunStatus::SandboxFailed { reason } => return Err(format!("sandbox: {reason}")),
+        _ if budget_spent() => (EndReason::BudgetExhausted, None),
+        RunStatus::TimedOut => (EndReason::TimeLimit, None),
+        RunStatus::Exited { code: 0 } => (EndReason::Finished, None),
+        RunStatus::Exited { code } => (
+            EndReason::AgentError,
+            Some(format!("the agent exited with code {code}: {}", tail())),
+        ),
+        RunStatus::Signaled { signal } => (
+            EndReason::AgentError,
+            Some(format!(
+                "the agent was killed by signal {signal}: {}",
+                tail()
+            )),
+        ),
+        RunStatus::OutOfMemory => (
+            EndReason::AgentError,
+            Some("the agent ran out of memory".into()),
+        ),
+        RunStatus::SpawnFailed { reason } => (
+            EndReason::AgentError,
+            Some(format!("the agent could not start: {reason}")),
+        ),
+    };
+    Ok(AgentRun {
+        end_reason,
+        steps: calls(),
+        error,
+        summary: None,
+        wall_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_final_patch_is_computed_outside_the_agents_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let files = vec![
+            RepoFile {
+                path: "src/a.py".into(),
+                content: "a = 1\n".into(),
+            },
+            RepoFile {
+                path: "README.md".into(),
+                content: "r\n".into(),
+            },
+        ];
+        prepare_workspace(&files, &ws).unwrap();
+        assert!(ws.join(".git").is_dir());
+        std::fs::write(ws.join("src/a.py"), "a = 2\n").unwrap();
+        std::fs::write(ws.join("src/new.py"), "n = 0\n").unwrap();
+        std::fs::remove_file(ws.join("README.md")).unwrap();
+        // A hostile repository configuration must never run on the host.
+        let marker = dir.path().join("pwned");
+        let config = format!(
+            "[core]\n\tfsmonitor = touch {}\n\tpager = touch {}\n",
+            marker.display(),
+            marker.display()
+        );
+        std::fs::write(ws.join(".git/config"), config).unwrap();
+        let patch = final_patch(&files, &ws, dir.path()).unwrap();
+        assert!(!marker.exists());
+        assert!(
+            patch.contains("diff --git a/src/a.py b/src/a.py"),
+            "{patch}"
+        );
+        assert!(patch.contains("+a = 2"));
+        assert!(patch.contains("new file mode") && patch.contains("b/src/new.py"));
+        assert!(patch.contains("deleted file mode"));
+        let set = pdl_task::diff::parse_patch(&patch).unwrap();
+        assert_eq!(set.strip, 1);
+        let paths: Vec<_> = set
+            .files
+            .iter()
+            .flat_map(|f| f.touched_paths().into_iter().map(str::to_string))
+            .collect();
+        assert_eq!(paths, vec!["README.md", "src/a.py", "src/new.py"]);
+    }
+}

@@ -1,0 +1,688 @@
+//! Campaigns ([`run_campaign`]): tasks × agents × samples, in parallel, through
+//! one metering gateway, resumable.
+//!
+//! Plan → execute → report, twice: first the in-campaign calibration (gold,
+//! do-nothing and every rung of each task), then the episodes. Every result is
+//! appended to `RUN_DIR/results.jsonl` as soon as it is known. Episodes are keyed
+//! by content (task digest, agent, model, sample, prompt version), so a campaign
+//! killed at any point resumes where it stopped, with nothing lost and nothing
+//! graded twice.
+//!
+//! ```text
+//! RUN_DIR/
+//!   campaign.json                         the settings of the latest start
+//!   results.jsonl                         one result record per line
+//!   trajectories/<task_id>/<episode>.jsonl every model exchange of an episode
+//!   patches/<task_id>/<episode>.diff      the episode's final patch
+//!   logs/<task_id>/<episode>.log          an external agent's own output
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use pdl_grader::execute::execute;
+use pdl_grader::record::RecordLog;
+use pdl_grader::{
+    Grader, LadderFingerprints, ResultRecord, Submission, SubmissionContent, SubmissionKind,
+    Verdict,
+};
+use pdl_sandbox::ProcessRunner;
+use pdl_task::Task;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::agent::builtin::{prompt_version, run_builtin};
+use crate::agent::chat::ChatClient;
+use crate::agent::tools::Toolbox;
+use crate::agent::{
+    base_environment, final_patch, prepare_workspace, run_external, AgentRun, EndReason,
+    EpisodeLimits, ExternalAgent, GatewayRoute, TaskBrief,
+};
+use crate::{EpisodeSpec, Gateway, GatewayConfig, UpstreamConfig};
+
+/// The port the gateway answers on inside every sandbox.
+pub const SANDBOX_GATEWAY_PORT: u16 = 4141;
+
+/// An agent to evaluate.
+#[derive(Debug, Clone)]
+pub enum AgentSpec {
+    /// The built-in tool-calling agent.
+    Builtin,
+    /// A command-line agent.
+    Command(ExternalAgent),
+}
+
+impl AgentSpec {
+    /// The agent's name in records: `builtin` or `cmd:<command>`.
+    pub fn label(&self) -> String {
+        match self {
+            AgentSpec::Builtin => "builtin".into(),
+            AgentSpec::Command(a) => format!("cmd:{}", a.command),
+        }
+    }
+
+    /// What identifies the agent's behaviour, for episode keys.
+    fn descriptor(&self) -> String {
+        match self {
+            AgentSpec::Builtin => prompt_version(),
+            AgentSpec::Command(a) => {
+                let mut env: Vec<_> = a.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                env.sort();
+                format!("cmd\0{}\0{}", a.command, env.join("\0"))
+            }
+        }
+    }
+
+    fn slug(&self) -> String {
+        match self {
+            AgentSpec::Builtin => "builtin".into(),
+            AgentSpec::Command(a) => {
+                let words: String = a
+                    .command
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("cmd")
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("cmd")
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                    .take(24)
+                    .collect();
+                format!("cmd-{words}")
+            }
+        }
+    }
+}
+
+/// Everything a campaign needs to know.
+#[derive(Debug, Clone)]
+pub struct CampaignSettings {
+    /// The run folder.
+    pub run_dir: PathBuf,
+    /// The agents.
+    pub agents: Vec<AgentSpec>,
+    /// Episodes per task and agent.
+    pub samples: usize,
+    /// The model evaluated (sent by the built-in agent; given to external agents).
+    pub model: String,
+    /// The real model provider.
+    pub upstream: UpstreamConfig,
+    /// Episodes in parallel.
+    pub parallelism: usize,
+    /// Bounds on each episode.
+    pub limits: EpisodeLimits,
+    /// Keep each episode's final workspace under `RUN_DIR/workspaces/`.
+    pub keep_workspaces: bool,
+    /// Where the dataset came from (for `campaign.json`).
+    pub dataset: String,
+}
+
+/// Progress of a campaign.
+#[derive(Debug)]
+pub enum CampaignEvent<'a> {
+    /// A phase starts: `total` jobs to run, `skipped` already done.
+    Phase {
+        /// `calibration` or `episodes`.
+        name: &'static str,
+        /// Jobs to run.
+        total: usize,
+        /// Jobs found done in `results.jsonl`.
+        skipped: usize,
+    },
+    /// A job finished and its record is on disk.
+    Done {
+        /// The phase.
+        phase: &'static str,
+        /// Its record.
+        record: &'a ResultRecord,
+    },
+}
+
+/// Why a campaign could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    /// The run folder cannot be used.
+    #[error("run folder {path}: {message}")]
+    RunDir {
+        /// The folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The gateway did not start.
+    #[error("model gateway: {0}")]
+    Gateway(String),
+}
+
+/// What a finished campaign produced.
+#[derive(Debug)]
+pub struct CampaignOutcome {
+    /// Every record in `results.jsonl`, old and new.
+    pub records: Vec<ResultRecord>,
+    /// Records graded in this run.
+    pub new_records: usize,
+}
+
+fn sha(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
+}
+
+/// The content key of an episode.
+pub fn episode_key(task: &Task, agent: &AgentSpec, model: &str, sample: usize) -> String {
+    sha(&[
+        &task.digest(),
+        &agent.descriptor(),
+        model,
+        &sample.to_string(),
+    ])[..20]
+        .to_string()
+}
+
+fn calibration_key(record: &ResultRecord) -> (String, &'static str, String) {
+    (
+        record.provenance.task_digest.clone(),
+        record.kind.name(),
+        record.name.clone(),
+    )
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+struct Job<'a> {
+    task: &'a Task,
+    agent: &'a AgentSpec,
+    sample: usize,
+    key: String,
+}
+
+/// Runs a campaign. `grader` grades calibration submissions and final
+/// workspaces; `runner` runs every agent process.
+pub fn run_campaign(
+    settings: &CampaignSettings,
+    tasks: &[Task],
+    grader: &Grader,
+    runner: Arc<dyn ProcessRunner>,
+    mut on_event: impl FnMut(CampaignEvent<'_>),
+) -> Result<CampaignOutcome, CampaignError> {
+    let run_dir = &settings.run_dir;
+    let dir_err = |message: String| CampaignError::RunDir {
+        path: run_dir.clone(),
+        message,
+    };
+    std::fs::create_dir_all(run_dir).map_err(|e| dir_err(e.to_string()))?;
+    let results_path = run_dir.join("results.jsonl");
+    let mut log = RecordLog::open(&results_path).map_err(|e| dir_err(e.to_string()))?;
+    let mut records = log.existing().to_vec();
+    write_campaign_json(settings, tasks, grader).map_err(|e| dir_err(e.to_string()))?;
+
+    // Phase 1: calibration in the campaign.
+    let done_calibration: HashSet<_> = records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.kind,
+                SubmissionKind::Gold | SubmissionKind::Noop | SubmissionKind::Rung
+            )
+        })
+        .filter(|r| r.verdict != Verdict::HarnessError)
+        .map(calibration_key)
+        .collect();
+    let mut calibration_jobs: Vec<(&Task, Submission)> = Vec::new();
+    let mut skipped = 0;
+    for task in tasks {
+        let mut subs = vec![Submission::gold(task), Submission::noop()];
+        subs.extend(
+            task.extras
+                .ladder
+                .iter()
+                .filter_map(|r| Submission::rung(task, &r.name)),
+        );
+        for s in subs {
+            if done_calibration.contains(&(task.digest(), s.kind.name(), s.name.clone())) {
+                skipped += 1;
+            } else {
+                calibration_jobs.push((task, s));
+            }
+        }
+    }
+    on_event(CampaignEvent::Phase {
+        name: "calibration",
+        total: calibration_jobs.len(),
+        skipped,
+    });
+    let mut write_error = None;
+    let mut new_records = 0;
+    execute(
+        &calibration_jobs,
+        settings.parallelism,
+        |(task, s)| grader.grade(task, s, None),
+        |_, rec| {
+            if let Err(e) = log.append(&rec) {
+                write_error.get_or_insert(e);
+            }
+            new_records += 1;
+            on_event(CampaignEvent::Done {
+                phase: "calibration",
+                record: &rec,
+            });
+            records.push(rec);
+        },
+    );
+    if let Some(e) = write_error {
+        return Err(dir_err(format!("cannot write results.jsonl: {e}")));
+    }
+    let ladders: HashMap<String, LadderFingerprints> = tasks
+        .iter()
+        .map(|t| {
+            let digest = t.digest();
+            let rungs: Vec<&ResultRecord> = records
+                .iter()
+                .filter(|r| r.kind == SubmissionKind::Rung && r.provenance.task_digest == digest)
+                .collect();
+            (
+                t.row.instance_id.clone(),
+                LadderFingerprints::from_records(t, rungs),
+            )
+        })
+        .collect();
+
+    // Phase 2: the episodes.
+    let done_episodes: HashSet<String> = records
+        .iter()
+        .filter(|r| r.kind == SubmissionKind::Episode && r.verdict != Verdict::HarnessError)
+        .filter_map(|r| r.episode.as_ref()?.get("key")?.as_str().map(str::to_string))
+        .collect();
+    let mut jobs = Vec::new();
+    let mut skipped = 0;
+    for task in tasks {
+        for agent in &settings.agents {
+            for sample in 0..settings.samples {
+                let key = episode_key(task, agent, &settings.model, sample);
+                if done_episodes.contains(&key) {
+                    skipped += 1;
+                } else {
+                    jobs.push(Job {
+                        task,
+                        agent,
+                        sample,
+                        key,
+                    });
+                }
+            }
+        }
+    }
+    on_event(CampaignEvent::Phase {
+        name: "episodes",
+        total: jobs.len(),
+        skipped,
+    });
+    if !jobs.is_empty() {
+        let socket_dir = std::env::temp_dir().join(format!(
+            "pdl-gw-{}-{}",
+            std::process::id(),
+            &sha(&[&run_dir.display().to_string()])[..8]
+        ));
+        std::fs::create_dir_all(&socket_dir)
+            .map_err(|e| CampaignError::Gateway(format!("{}: {e}", socket_dir.display())))?;
+        set_mode(&socket_dir, 0o755);
+        let socket = socket_dir.join("gateway.sock");
+        let _ = std::fs::remove_file(&socket);
+        let mut config = GatewayConfig::new(settings.upstream.clone());
+        config.unix_socket = Some(socket.clone());
+        config.models = vec![settings.model.clone()];
+        let gateway = Gateway::start(config).map_err(|e| CampaignError::Gateway(e.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| CampaignError::Gateway(format!("cannot start the agent runtime: {e}")))?;
+        let ctx = EpisodeContext {
+            settings,
+            grader,
+            runner: &runner,
+            gateway: &gateway,
+            runtime: runtime.handle().clone(),
+            socket: socket.clone(),
+            ladders: &ladders,
+        };
+        let mut write_error = None;
+        execute(
+            &jobs,
+            settings.parallelism,
+            |job| ctx.run(job),
+            |_, rec| {
+                if let Err(e) = log.append(&rec) {
+                    write_error.get_or_insert(e);
+                }
+                new_records += 1;
+                on_event(CampaignEvent::Done {
+                    phase: "episodes",
+                    record: &rec,
+                });
+                records.push(rec);
+            },
+        );
+        gateway.shutdown();
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&socket_dir);
+        if let Some(e) = write_error {
+            return Err(dir_err(format!("cannot write results.jsonl: {e}")));
+        }
+    }
+    Ok(CampaignOutcome {
+        records,
+        new_records,
+    })
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+}
+
+fn write_campaign_json(
+    settings: &CampaignSettings,
+    tasks: &[Task],
+    grader: &Grader,
+) -> std::io::Result<()> {
+    let path = settings.run_dir.join("campaign.json");
+    let started_at = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| {
+            v.get("started_at")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_else(now);
+    let value = json!({
+        "started_at": started_at,
+        "resumed_at": now(),
+        "harness_version": pdl_grader::HARNESS_VERSION,
+        "dataset": settings.dataset,
+        "model": settings.model,
+        "api": settings.upstream.api.name(),
+        "base_url": settings.upstream.base_url,
+        "agents": settings.agents.iter().map(AgentSpec::label).collect::<Vec<_>>(),
+        "samples": settings.samples,
+        "tasks": tasks.iter().map(|t| t.row.instance_id.clone()).collect::<Vec<_>>(),
+        "tiers": tasks.iter().map(|t| (t.row.instance_id.clone(), t.row.tier.clone())).collect::<BTreeMap<_, _>>(),
+        "settings": {
+            "parallelism": settings.parallelism,
+            "max_steps": settings.limits.max_steps,
+            "wall_time_s": settings.limits.wall_time.as_secs_f64(),
+            "shell_timeout_s": settings.limits.shell_timeout.as_secs_f64(),
+            "sandbox": grader.runner().kind().name(),
+            "prompt_version": prompt_version(),
+        },
+    });
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&value).expect("settings serialize"),
+    )?;
+    std::fs::rename(tmp, path)
+}
+
+struct EpisodeContext<'a> {
+    settings: &'a CampaignSettings,
+    grader: &'a Grader,
+    runner: &'a Arc<dyn ProcessRunner>,
+    gateway: &'a Gateway,
+    runtime: tokio::runtime::Handle,
+    socket: PathBuf,
+    ladders: &'a HashMap<String, LadderFingerprints>,
+}
+
+impl EpisodeContext<'_> {
+    fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(&self.settings.run_dir)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    fn run(&self, job: &Job<'_>) -> ResultRecord {
+        let task = job.task;
+        let name = format!("{}-s{}-{}", job.agent.slug(), job.sample, &job.key[..8]);
+        let trajectory = self
+            .settings
+            .run_dir
+            .join("trajectories")
+            .join(&task.row.task_id)
+            .join(format!("{name}.jsonl"));
+        let patch_path = self
+            .settings
+            .run_dir
+            .join("patches")
+            .join(&task.row.task_id)
+            .join(format!("{name}.diff"));
+        let log_path = self
+            .settings
+            .run_dir
+            .join("logs")
+            .join(&task.row.task_id)
+            .join(format!("{name}.log"));
+        let scratch = self.grader.work_root().join("episodes").join(&job.key);
+        let workspace = if self.settings.keep_workspaces {
+            self.settings
+                .run_dir
+                .join("workspaces")
+                .join(&task.row.task_id)
+                .join(&name)
+        } else {
+            scratch.join("workspace")
+        };
+        let mut episode = json!({
+            "key": job.key,
+            "agent": job.agent.label(),
+            "model": self.settings.model,
+            "sample": job.sample,
+            "token_budget": task.row.token_budget,
+            "prompt_version": match job.agent { AgentSpec::Builtin => Value::String(prompt_version()), AgentSpec::Command(_) => Value::Null },
+            "model_route": {
+                "provider": self.settings.upstream.api.name(),
+                "base_url": self.settings.upstream.base_url,
+                "model": self.settings.model,
+                "gateway": self.gateway.base_url(),
+            },
+            "trajectory": self.relative(&trajectory),
+        });
+        let result = self.episode(
+            job,
+            &trajectory,
+            &patch_path,
+            &log_path,
+            &scratch,
+            &workspace,
+            &mut episode,
+        );
+        let mut record = match result {
+            Ok(record) => record,
+            Err(message) => harness_error_record(task, job, &self.settings.model, message),
+        };
+        record.episode = Some(episode);
+        if !self.settings.keep_workspaces {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+        record
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn episode(
+        &self,
+        job: &Job<'_>,
+        trajectory: &Path,
+        patch_path: &Path,
+        log_path: &Path,
+        scratch: &Path,
+        workspace: &Path,
+        episode: &mut Value,
+    ) -> Result<ResultRecord, String> {
+        let task = job.task;
+        let _ = std::fs::remove_dir_all(scratch);
+        let _ = std::fs::remove_dir_all(workspace);
+        let logged = matches!(job.agent, AgentSpec::Command(_));
+        for p in [
+            Some(trajectory),
+            Some(patch_path),
+            logged.then_some(log_path),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+        }
+        std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        let env = self
+            .grader
+            .envs()
+            .ensure(task.row.requirements_lock())
+            .map_err(|e| e.to_string())?;
+        prepare_workspace(&task.row.files, workspace)
+            .map_err(|e| format!("cannot prepare the workspace: {e}"))?;
+        let handle = self
+            .gateway
+            .open_episode(EpisodeSpec {
+                id: job.key.clone(),
+                token_budget: task.row.token_budget.max(0) as u64,
+                trajectory_path: trajectory.to_path_buf(),
+            })
+            .map_err(|e| format!("cannot open the episode at the gateway: {e}"))?;
+        let brief = TaskBrief {
+            problem_statement: task.row.problem_statement.clone(),
+            allowed: task.row.patch_policy_allowed.clone(),
+            forbidden: task.row.patch_policy_forbidden.clone(),
+            token_budget: task.row.token_budget.max(0) as u64,
+        };
+        let agent_env = base_environment(Some(&env.root.join("bin")));
+        let limits = &self.settings.limits;
+        let budget_spent = || handle.budget_exhausted();
+        let run: AgentRun = match job.agent {
+            AgentSpec::Builtin => {
+                let client = ChatClient::new(
+                    self.runtime.clone(),
+                    &self.gateway.base_url(),
+                    handle.token(),
+                    self.settings.upstream.api,
+                    self.settings.upstream.request_timeout + Duration::from_secs(30),
+                );
+                let tools = Toolbox::new(
+                    self.runner.clone(),
+                    workspace.to_path_buf(),
+                    scratch.join("shell"),
+                    agent_env,
+                    env.readable_paths.clone(),
+                    limits.shell_timeout,
+                );
+                run_builtin(
+                    &client,
+                    self.settings.upstream.api,
+                    &self.settings.model,
+                    &brief,
+                    &tools,
+                    limits,
+                    &budget_spent,
+                )
+            }
+            AgentSpec::Command(agent) => {
+                let route = GatewayRoute {
+                    port: SANDBOX_GATEWAY_PORT,
+                    socket: self.socket.clone(),
+                    token: handle.token().to_string(),
+                    model: self.settings.model.clone(),
+                    api: self.settings.upstream.api,
+                };
+                let calls = || handle.usage().calls as usize;
+                let agent_scratch = scratch.join("agent");
+                let run = run_external(
+                    agent,
+                    self.runner,
+                    workspace,
+                    &agent_scratch,
+                    agent_env,
+                    env.readable_paths.clone(),
+                    &brief,
+                    &route,
+                    limits,
+                    &budget_spent,
+                    &calls,
+                );
+                let _ = std::fs::copy(agent_scratch.join("agent.log"), log_path);
+                episode["log"] = Value::String(self.relative(log_path));
+                run?
+            }
+        };
+        let usage = handle.close();
+        let end_reason = if usage.total_tokens() >= task.row.token_budget.max(0) as u64
+            && run.end_reason != EndReason::Finished
+        {
+            EndReason::BudgetExhausted
+        } else {
+            run.end_reason
+        };
+        episode["tokens_in"] = json!(usage.input_tokens);
+        episode["tokens_out"] = json!(usage.output_tokens);
+        episode["calls"] = json!(usage.calls);
+        episode["refused_calls"] = json!(usage.refused_calls);
+        episode["end_reason"] = json!(end_reason.name());
+        episode["steps"] = json!(run.steps);
+        episode["wall_s"] = json!(run.wall_s);
+        episode["error"] = json!(run.error);
+        episode["summary"] = json!(run.summary);
+        match final_patch(&task.row.files, workspace, scratch) {
+            Ok(patch) => {
+                std::fs::write(patch_path, &patch)
+                    .map_err(|e| format!("{}: {e}", patch_path.display()))?;
+                episode["patch"] = Value::String(self.relative(patch_path));
+            }
+            Err(e) => episode["patch_error"] = Value::String(e.to_string()),
+        }
+        let submission = Submission {
+            kind: SubmissionKind::Episode,
+            name: job.agent.label(),
+            model_name_or_path: Some(self.settings.model.clone()),
+            content: SubmissionContent::Workspace(workspace.to_path_buf()),
+        };
+        Ok(self
+            .grader
+            .grade(task, &submission, self.ladders.get(&task.row.instance_id)))
+    }
+}
+
+fn harness_error_record(task: &Task, job: &Job<'_>, model: &str, message: String) -> ResultRecord {
+    let mut record = ResultRecord {
+        instance_id: task.row.instance_id.clone(),
+        model_name_or_path: Some(model.to_string()),
+        kind: SubmissionKind::Episode,
+        name: job.agent.label(),
+        reward: 0.0,
+        components: Default::default(),
+        verdict: Verdict::HarnessError,
+        detail: Some(message),
+        tests: BTreeMap::new(),
+        policy: Default::default(),
+        landed_rung: None,
+        compile_errors: Vec::new(),
+        collection_errors: Vec::new(),
+        duration_s: 0.0,
+        provenance: Default::default(),
+        episode: None,
+    };
+    record.provenance.harness_version = pdl_grader::HARNESS_VERSION.into();
+    record.provenance.task_digest = task.digest();
+    record
+}

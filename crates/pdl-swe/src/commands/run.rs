@@ -1,0 +1,166 @@
+//! `pdl-swe run`: campaigns of episodes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
+use pdl_episode::campaign::{run_campaign, AgentSpec, CampaignEvent, CampaignSettings};
+use pdl_episode::{ApiKind, UpstreamConfig};
+use pdl_grader::Verdict;
+
+use crate::cli::{ApiChoice, Format, RunCampaignArgs};
+use crate::commands::{report_load_errors, select};
+use crate::exit::{self, ExitError};
+use crate::render::{print_json, progress_bar};
+use crate::settings::{load_dataset, resolve};
+
+fn seconds(value: f64, flag: &str) -> Result<Duration, ExitError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(ExitError::usage(anyhow::anyhow!(
+            "{flag} must be a positive number of seconds, not {value}"
+        )))
+    }
+}
+
+/// Runs `run`.
+pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
+    let mut agents: Vec<AgentSpec> = args.agents.iter().map(|_| AgentSpec::Builtin).collect();
+    agents.dedup_by(|a, b| a.label() == b.label());
+    let mut agent_env = Vec::new();
+    for pair in &args.agent_env {
+        let (k, v) = pair
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| {
+                ExitError::usage(anyhow::anyhow!(
+                    "--agent-env takes NAME=VALUE, not `{pair}`"
+                ))
+            })?;
+        agent_env.push((k.to_string(), v.to_string()));
+    }
+    for command in &args.agent_cmds {
+        agents.push(AgentSpec::Command(ExternalAgent {
+            command: command.clone(),
+            env: agent_env.clone(),
+            readable: args.agent_paths.clone(),
+        }));
+    }
+    if agents.is_empty() {
+        return Err(ExitError::usage(anyhow::anyhow!(
+            "name at least one agent: --agent builtin or --agent-cmd 'COMMAND'"
+        )));
+    }
+    if args.samples == 0 {
+        return Err(ExitError::usage(anyhow::anyhow!(
+            "--samples must be at least 1"
+        )));
+    }
+    let api = match args.api {
+        ApiChoice::Openai => ApiKind::OpenAi,
+        ApiChoice::Anthropic => ApiKind::Anthropic,
+    };
+    let base_url = args.base_url.clone().unwrap_or_else(|| match api {
+        ApiKind::OpenAi => "https://api.openai.com/v1".into(),
+        ApiKind::Anthropic => "https://api.anthropic.com/v1".into(),
+    });
+    let key_var = args.api_key_env.clone().unwrap_or_else(|| match api {
+        ApiKind::OpenAi => "OPENAI_API_KEY".into(),
+        ApiKind::Anthropic => "ANTHROPIC_API_KEY".into(),
+    });
+    let api_key = std::env::var(&key_var).ok().filter(|k| !k.is_empty());
+    if args.api_key_env.is_some() && api_key.is_none() {
+        return Err(ExitError::usage(anyhow::anyhow!(
+            "--api-key-env {key_var}: the variable is not set"
+        )));
+    }
+    let mut upstream = UpstreamConfig::new(api, base_url);
+    upstream.api_key = api_key;
+    upstream.request_timeout = seconds(args.upstream_timeout, "--upstream-timeout")?;
+    let limits = EpisodeLimits {
+        max_steps: args.max_steps.max(1),
+        wall_time: seconds(args.episode_timeout, "--episode-timeout")?,
+        shell_timeout: seconds(args.shell_timeout, "--shell-timeout")?,
+    };
+    let mut ds = load_dataset(&args.dataset)?;
+    select(&mut ds, &args.tasks)?;
+    report_load_errors(&ds.errors);
+    let settings = resolve(&args.run)?;
+    let campaign = CampaignSettings {
+        run_dir: args.out.clone(),
+        agents,
+        samples: args.samples,
+        model: args.model.clone(),
+        upstream,
+        parallelism: settings.parallelism,
+        limits,
+        keep_workspaces: args.keep_workspaces,
+        dataset: ds.source.clone(),
+    };
+    let mut bar = None;
+    let outcome = run_campaign(
+        &campaign,
+        &ds.tasks,
+        &settings.grader,
+        settings.runner.clone(),
+        |event| match event {
+            CampaignEvent::Phase {
+                name,
+                total,
+                skipped,
+            } => {
+                if let Some(b) = bar.take() {
+                    indicatif::ProgressBar::finish_and_clear(&b);
+                }
+                if skipped > 0 {
+                    eprintln!(
+                        "{name}: {skipped} already done in {}, {total} to run",
+                        args.out.display()
+                    );
+                }
+                bar = Some(progress_bar(total, name));
+            }
+            CampaignEvent::Done { record, .. } => {
+                if let Some(b) = &bar {
+                    b.inc(1);
+                    b.set_message(format!("{} {:.3}", record.instance_id, record.reward));
+                }
+            }
+        },
+    )
+    .context("the campaign could not run")?;
+    if let Some(b) = bar.take() {
+        b.finish_and_clear();
+    }
+    let tiers: BTreeMap<String, String> = ds
+        .tasks
+        .iter()
+        .map(|t| (t.row.instance_id.clone(), t.row.tier.clone()))
+        .collect();
+    let report = pdl_report::RunReport::load(&args.out, &tiers).map_err(anyhow::Error::from)?;
+    pdl_report::write_all(&report, &args.out.join("report")).map_err(anyhow::Error::from)?;
+    match args.format {
+        Format::Json => print_json(&pdl_report::to_json(&report))?,
+        Format::Table => {
+            println!("{}", pdl_report::render_table(&report));
+            println!(
+                "{} new records, {} in all, in {} (report: {})",
+                outcome.new_records,
+                outcome.records.len(),
+                args.out.join("results.jsonl").display(),
+                args.out.join("report/index.html").display()
+            );
+        }
+    }
+    let harness_errors = outcome
+        .records
+        .iter()
+        .any(|r| r.verdict == Verdict::HarnessError);
+    Ok(if harness_errors {
+        exit::FAILURES
+    } else {
+        exit::SUCCESS
+    })
+}
