@@ -41,8 +41,11 @@ def run_calibrate(binary, jobs, work_dir, sandbox="namespaces", keep=False):
 
 
 def load_commands(work_dir):
+    """The kept commands in the order calibrate started them (the grading
+    folders end in a start counter), so both sides schedule alike."""
     commands = []
-    for name in sorted(os.listdir(work_dir)):
+    names = [n for n in os.listdir(work_dir) if n.rsplit("-", 1)[-1].isdigit()]
+    for name in sorted(names, key=lambda n: int(n.rsplit("-", 1)[-1])):
         spec = os.path.join(work_dir, name, "run", "command.json")
         if os.path.exists(spec):
             with open(spec) as f:
@@ -51,11 +54,14 @@ def load_commands(work_dir):
 
 
 def prepare(cmd, scratch):
-    """The command's environment, with its private HOME and TMPDIR recreated."""
+    """The command's environment, with an empty private HOME and TMPDIR, as the
+    harness gives every grading (a leftover pytest temp folder would make pytest
+    spend time cleaning it up)."""
     env = dict(cmd["env"])
     run_dir = os.path.dirname(env["PDL_OUTCOMES_FILE"])
     for sub in ("home", "tmp"):
-        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+        shutil.rmtree(os.path.join(run_dir, sub), ignore_errors=True)
+        os.makedirs(os.path.join(run_dir, sub))
     env["HOME"] = os.path.join(run_dir, "home")
     env["TMPDIR"] = os.path.join(run_dir, "tmp")
     open(env["PDL_OUTCOMES_FILE"], "w").close()

@@ -38,7 +38,7 @@ fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let tasks_dir = manifest_dir.join("../../tasks");
     println!("cargo:rerun-if-changed={}", tasks_dir.display());
-    let mut code = String::from("/// Every bundled task tree: (folder name, [(relative path, bytes)]).\npub static TASK_TREES: &[(&str, &[(&str, &[u8])])] = &[\n");
+    let mut code = String::from("/// One file of a task tree: (relative path, bytes).\npub type TreeFile = (&'static str, &'static [u8]);\n/// Every bundled task tree: (folder name, files).\npub static TASK_TREES: &[(&str, &[TreeFile])] = &[\n");
     if tasks_dir.is_dir() {
         let mut dirs: Vec<_> = std::fs::read_dir(&tasks_dir)
             .unwrap()

@@ -165,12 +165,15 @@ fn find_uv() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// One environment being built or ready, shared by every grading that needs it.
+type EnvSlot = Arc<Mutex<Option<Arc<PythonEnv>>>>;
+
 /// Builds and caches environments.
 pub struct EnvManager {
     cache_root: PathBuf,
     interpreter: PythonInterpreter,
     installer: Installer,
-    ready: Mutex<HashMap<String, Arc<Mutex<Option<Arc<PythonEnv>>>>>>,
+    ready: Mutex<HashMap<String, EnvSlot>>,
 }
 
 impl std::fmt::Debug for EnvManager {

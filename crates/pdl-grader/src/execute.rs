@@ -48,7 +48,7 @@ mod tests {
     fn every_job_runs_once_and_reports_on_the_caller_thread() {
         let jobs: Vec<u32> = (0..50).collect();
         let caller = std::thread::current().id();
-        let mut seen = vec![0; 50];
+        let mut seen = [0; 50];
         execute(
             &jobs,
             4,

@@ -237,18 +237,23 @@ fn invalid_record(
     }
 }
 
-/// Progress of a predictions run.
-#[derive(Debug, Clone, Copy)]
-pub enum GradePhase {
-    /// Measuring a rung to fingerprint the ladder.
-    Ladder,
-    /// Grading a prediction.
-    Prediction,
+/// What a predictions run reports as it goes.
+#[derive(Debug)]
+pub enum GradeEvent<'a> {
+    /// A rung was measured to fingerprint its ladder (`done` of `total`).
+    Ladder {
+        /// Rungs measured so far.
+        done: usize,
+        /// Rungs to measure.
+        total: usize,
+    },
+    /// A prediction's record is ready (graded, or invalid).
+    Record(&'a ResultRecord),
 }
 
 /// Grades every entry not already in `done` (resume keys). Ladders missing from
 /// the cache are measured first, so every prediction's `landed_rung` is known
-/// when its record is handed to `on_record`. Returns how many entries were
+/// when its record is handed to `on_event`. Returns how many entries were
 /// skipped as already done.
 pub fn grade_predictions(
     grader: &Grader,
@@ -257,8 +262,7 @@ pub fn grade_predictions(
     done: &HashSet<(String, String, String)>,
     parallelism: usize,
     cache_root: &Path,
-    mut on_progress: impl FnMut(GradePhase, usize, usize),
-    mut on_record: impl FnMut(&ResultRecord),
+    mut on_event: impl FnMut(GradeEvent<'_>),
 ) -> usize {
     let by_id: HashMap<&str, &Task> = tasks
         .iter()
@@ -281,7 +285,7 @@ pub fn grade_predictions(
                     i.digest.clone(),
                     by_id.get(id.as_str()).copied(),
                 );
-                on_record(&rec);
+                on_event(GradeEvent::Record(&rec));
             }
             PredictionEntry::Valid(p) => match by_id.get(p.instance_id.as_str()) {
                 None => {
@@ -295,7 +299,7 @@ pub fn grade_predictions(
                         digest(p.model_patch.as_bytes()),
                         None,
                     );
-                    on_record(&rec);
+                    on_event(GradeEvent::Record(&rec));
                 }
                 Some(task) => todo.push((
                     task,
@@ -343,7 +347,10 @@ pub fn grade_predictions(
         |(task, s)| grader.grade(task, s, None),
         |i, rec| {
             finished += 1;
-            on_progress(GradePhase::Ladder, finished, total);
+            on_event(GradeEvent::Ladder {
+                done: finished,
+                total,
+            });
             rung_records
                 .entry(rung_jobs[i].0.row.instance_id.clone())
                 .or_default()
@@ -363,16 +370,12 @@ pub fn grade_predictions(
         ladders.insert(id, f);
     }
     // Phase 2: the predictions.
-    let total = todo.len();
-    let mut finished = 0;
     execute(
         &todo,
         parallelism,
         |(task, s)| grader.grade(task, s, ladders.get(&task.row.instance_id)),
         |_, rec| {
-            finished += 1;
-            on_progress(GradePhase::Prediction, finished, total);
-            on_record(&rec);
+            on_event(GradeEvent::Record(&rec));
         },
     );
     skipped

@@ -676,7 +676,7 @@ fn namespace_init(spec: InitSpec, sync_read: OwnedFd) -> ! {
     }
     if child == 0 {
         drop_privileges(host_is_root);
-        apply_resource_limits(&cmd.limits);
+        apply_resource_limits(&cmd.limits, host_is_root);
         let mut exec = Command::new(&cmd.program);
         exec.args(&cmd.args)
             .env_clear()

@@ -178,7 +178,7 @@ pub(crate) fn run_supervised(
         // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
         unsafe {
             command.pre_exec(move || {
-                apply_resource_limits(&limits);
+                apply_resource_limits(&limits, false);
                 Ok(())
             });
         }
@@ -235,8 +235,10 @@ pub(crate) fn run_supervised(
     })
 }
 
-/// Applies the per-process limits. Async-signal-safe.
-pub(crate) fn apply_resource_limits(limits: &ResourceLimits) {
+/// Applies the per-process limits. Async-signal-safe. The process limit counts
+/// every process of the user, so it is applied only where the command runs as a
+/// user of its own (`with_process_limit`).
+pub(crate) fn apply_resource_limits(limits: &ResourceLimits, with_process_limit: bool) {
     let set = |resource, value: u64| {
         let rl = libc::rlimit {
             rlim_cur: value as libc::rlim_t,
@@ -250,7 +252,7 @@ pub(crate) fn apply_resource_limits(limits: &ResourceLimits) {
     if let Some(bytes) = limits.memory_bytes {
         set(libc::RLIMIT_AS, bytes);
     }
-    if let Some(n) = limits.max_processes {
+    if let Some(n) = limits.max_processes.filter(|_| with_process_limit) {
         set(libc::RLIMIT_NPROC, n);
     }
     if let Some(bytes) = limits.max_file_bytes {

@@ -80,8 +80,17 @@ impl Fraction {
     /// One.
     pub const ONE: Fraction = Fraction { num: 1, den: 1 };
 
+    /// The nearest `f64`, correctly rounded when both parts fit in 53 bits.
+    pub fn to_f64(self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+}
+
+impl std::ops::Add for Fraction {
+    type Output = Fraction;
+
     /// Exact sum.
-    pub fn add(self, other: Fraction) -> Fraction {
+    fn add(self, other: Fraction) -> Fraction {
         let g = gcd(self.den, other.den);
         let den = self.den / g * other.den;
         Fraction::new(
@@ -89,17 +98,16 @@ impl Fraction {
             den,
         )
     }
+}
+
+impl std::ops::Mul for Fraction {
+    type Output = Fraction;
 
     /// Exact product.
-    pub fn mul(self, other: Fraction) -> Fraction {
+    fn mul(self, other: Fraction) -> Fraction {
         let a = Fraction::new(self.num, other.den);
         let b = Fraction::new(other.num, self.den);
         Fraction::new(a.num * b.num, a.den * b.den)
-    }
-
-    /// The nearest `f64`, correctly rounded when both parts fit in 53 bits.
-    pub fn to_f64(self) -> f64 {
-        self.num as f64 / self.den as f64
     }
 }
 
@@ -254,13 +262,13 @@ impl RewardFormula {
     pub fn coefficient_sum(&self) -> Fraction {
         self.terms
             .iter()
-            .fold(Fraction::ZERO, |acc, t| acc.add(t.coefficient))
+            .fold(Fraction::ZERO, |acc, t| acc + t.coefficient)
     }
 
     /// The reward as an exact fraction.
     pub fn evaluate_exact(&self, inputs: &RewardInputs) -> Fraction {
         self.terms.iter().fold(Fraction::ZERO, |acc, t| {
-            acc.add(t.coefficient.mul(inputs.get(t.variable)))
+            acc + t.coefficient * inputs.get(t.variable)
         })
     }
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use anyhow::Context;
-use pdl_grader::predictions::{grade_predictions, parse_predictions, resume_key, GradePhase};
+use pdl_grader::predictions::{grade_predictions, parse_predictions, resume_key, GradeEvent};
 use pdl_grader::record::RecordLog;
 use pdl_grader::{ResultRecord, Verdict};
 use serde::Serialize;
@@ -44,16 +44,18 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
         &done,
         settings.parallelism,
         &settings.cache_dir,
-        |phase, n, total| match phase {
-            GradePhase::Ladder => bar.set_message(format!("measuring ladders {n}/{total}")),
-            GradePhase::Prediction => bar.set_message(String::new()),
-        },
-        |rec| {
-            bar.inc(1);
-            if let Err(e) = out.append(rec) {
-                write_error.get_or_insert(e);
+        |event| match event {
+            GradeEvent::Ladder { done, total } => {
+                bar.set_message(format!("measuring ladders {done}/{total}"))
             }
-            records.push(rec.clone());
+            GradeEvent::Record(rec) => {
+                bar.set_message(String::new());
+                bar.inc(1);
+                if let Err(e) = out.append(rec) {
+                    write_error.get_or_insert(e);
+                }
+                records.push(rec.clone());
+            }
         },
     );
     bar.finish_and_clear();
