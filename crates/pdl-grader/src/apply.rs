@@ -133,16 +133,17 @@ mod tests {
 
     #[test]
     fn applies_with_line_offsets() {
-        let dir = tree(&[("src/x.py", "0\n1\n2\na\nb\nc\n")]);
-        // The hunk claims line 1, the context is really at line 4.
+        let dir = tree(&[("src/x.py", "0\n1\n2\n3\n4\na\nb\nc\n5\n")]);
+        // The hunk claims line 2; the context is really at line 6. (A hunk at
+        // line 1 must match the start of the file, as in git.)
         apply(
             dir.path(),
-            "--- a/src/x.py\n+++ b/src/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n",
+            "--- a/src/x.py\n+++ b/src/x.py\n@@ -2,3 +2,3 @@\n a\n-b\n+B\n c\n",
         )
         .unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.path().join("src/x.py")).unwrap(),
-            "0\n1\n2\na\nB\nc\n"
+            "0\n1\n2\n3\n4\na\nB\nc\n5\n"
         );
     }
 
