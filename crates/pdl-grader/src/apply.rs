@@ -42,7 +42,9 @@ pub fn filtered_patch(set: &PatchSet, keep: impl Fn(usize) -> bool) -> String {
         .collect()
 }
 
-fn git_command(dir: &Path) -> Command {
+/// A `git` command run in `dir` that never finds a repository around `dir` and
+/// never reads the user's or the system's configuration.
+pub fn git_command(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     let parent = dir
         .parent()

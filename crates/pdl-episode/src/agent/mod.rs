@@ -95,26 +95,16 @@ pub struct AgentRun {
     pub wall_s: f64,
 }
 
+/// A sanitized git command (see `pdl_grader::apply::git_command`) with a fixed
+/// identity and date, so base commits are reproducible.
 fn git(dir: &Path) -> Command {
-    let mut cmd = Command::new("git");
-    let ceiling = dir.parent().unwrap_or(Path::new("/"));
-    cmd.current_dir(dir)
-        .env_clear()
-        .env(
-            "PATH",
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-        )
-        .env("HOME", dir)
-        .env("GIT_CEILING_DIRECTORIES", ceiling)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "pdl-swe")
+    let mut cmd = pdl_grader::apply::git_command(dir);
+    cmd.env("GIT_AUTHOR_NAME", "pdl-swe")
         .env("GIT_AUTHOR_EMAIL", "pdl-swe@localhost")
         .env("GIT_COMMITTER_NAME", "pdl-swe")
         .env("GIT_COMMITTER_EMAIL", "pdl-swe@localhost")
         .env("GIT_AUTHOR_DATE", "2000-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2000-01-01T00:00:00Z")
-        .env("LC_ALL", "C");
+        .env("GIT_COMMITTER_DATE", "2000-01-01T00:00:00Z");
     cmd
 }
 

@@ -1,13 +1,12 @@
 //! `pdl-swe calibrate`: gold, do-nothing and every rung, one table.
 
-use pdl_grader::certify::{calibrate, plan, run_plan, CalibrationRow, JobResult, PlanOptions};
-use pdl_grader::record::RecordLog;
+use pdl_grader::certify::{calibrate, plan, CalibrationRow, PlanOptions};
 use serde::Serialize;
 
 use crate::cli::{CalibrateArgs, Format};
-use crate::commands::{report_load_errors, select};
+use crate::commands::{measure, report_load_errors, select};
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar, reward, table};
+use crate::render::{print_json, reward, table};
 use crate::settings::{load_dataset, resolve};
 
 #[derive(Serialize)]
@@ -33,33 +32,13 @@ pub fn run(args: &CalibrateArgs) -> Result<i32, ExitError> {
             rungs: true,
         },
     );
-    let mut out = args
-        .out
-        .as_deref()
-        .map(RecordLog::open)
-        .transpose()
-        .map_err(anyhow::Error::from)?;
-    let bar = progress_bar(jobs.len(), "calibrate");
-    let mut write_error = None;
-    let measured = run_plan(
-        &settings.grader,
+    let measured = measure(
+        &settings,
         &ds.tasks,
         &jobs,
-        settings.parallelism,
-        |p| {
-            bar.set_position(p.done as u64);
-            bar.set_message(p.job.label(&ds.tasks));
-            if let (Some(out), JobResult::Graded(r)) = (out.as_mut(), p.result) {
-                if let Err(e) = out.append(r.as_ref()) {
-                    write_error.get_or_insert(e);
-                }
-            }
-        },
-    );
-    bar.finish_and_clear();
-    if let Some(e) = write_error {
-        return Err(e.into());
-    }
+        args.out.as_deref(),
+        "calibrate",
+    )?;
     let rows: Vec<CalibrationRow> = ds
         .tasks
         .iter()

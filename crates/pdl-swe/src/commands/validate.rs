@@ -1,15 +1,12 @@
 //! `pdl-swe validate`: every check of the specification's section 7.
 
-use pdl_grader::certify::{
-    plan, run_plan, validate, CheckFailure, JobResult, PlanOptions, TaskValidation,
-};
-use pdl_grader::record::RecordLog;
+use pdl_grader::certify::{plan, validate, CheckFailure, PlanOptions, TaskValidation};
 use serde::Serialize;
 
 use crate::cli::{Format, ValidateArgs};
-use crate::commands::select;
+use crate::commands::{measure, select};
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar, table};
+use crate::render::{print_json, table};
 use crate::settings::{load_dataset, resolve};
 
 #[derive(Serialize)]
@@ -33,33 +30,7 @@ pub fn run(args: &ValidateArgs) -> Result<i32, ExitError> {
             rungs: true,
         },
     );
-    let mut out = args
-        .out
-        .as_deref()
-        .map(RecordLog::open)
-        .transpose()
-        .map_err(anyhow::Error::from)?;
-    let bar = progress_bar(jobs.len(), "validate");
-    let mut write_error = None;
-    let measured = run_plan(
-        &settings.grader,
-        &ds.tasks,
-        &jobs,
-        settings.parallelism,
-        |p| {
-            bar.set_position(p.done as u64);
-            bar.set_message(p.job.label(&ds.tasks));
-            if let (Some(out), JobResult::Graded(r)) = (out.as_mut(), p.result) {
-                if let Err(e) = out.append(r.as_ref()) {
-                    write_error.get_or_insert(e);
-                }
-            }
-        },
-    );
-    bar.finish_and_clear();
-    if let Some(e) = write_error {
-        return Err(e.into());
-    }
+    let measured = measure(&settings, &ds.tasks, &jobs, args.out.as_deref(), "validate")?;
     let results: Vec<TaskValidation> = ds
         .tasks
         .iter()
