@@ -687,7 +687,8 @@ fn graded_reward(r: Option<&ResultRecord>) -> Option<f64> {
     r.filter(|r| r.verdict == Verdict::Graded).map(|r| r.reward)
 }
 
-/// The calibration row of one task.
+/// The calibration row of one task: gold, do-nothing and every rung against
+/// their registered rewards, plus the static checks of [`static_checks`].
 pub fn calibrate(task: &Task, m: &TaskMeasurements) -> CalibrationRow {
     let gold = graded_reward(m.gold.first());
     let noop = graded_reward(m.noop.first());
@@ -718,11 +719,14 @@ pub fn calibrate(task: &Task, m: &TaskMeasurements) -> CalibrationRow {
         });
         deviations.extend(problem);
     }
-    for name in &task.row.graded_ladder_rungs {
-        if task.rung(name).is_none() {
-            deviations.push(format!("rung {name} is not present in the dataset"));
-        }
-    }
+    // The checks that need no test run come along: a task whose counts, lists,
+    // test_patch or ladder are wrong is not calibrated, whatever it scores.
+    deviations.extend(
+        static_checks(task)
+            .into_iter()
+            .map(|f| format!("{}: {}", f.check, f.detail)),
+    );
+    deviations.dedup();
     CalibrationRow {
         instance_id: task.row.instance_id.clone(),
         task_id: task.row.task_id.clone(),

@@ -75,7 +75,7 @@ pub fn run(args: &ValidateArgs) -> Result<i32, ExitError> {
             println!("{t}");
             let failed = results.iter().filter(|r| !r.ok()).count() + load_errors.len();
             println!(
-                "{} of {} tasks valid ({} from {}, sandbox {}, {} repeats)",
+                "{} of {} tasks valid: {} ({}, sandbox {}, {} repeats)",
                 results.len() + load_errors.len() - failed,
                 results.len() + load_errors.len(),
                 if ok {
