@@ -240,6 +240,7 @@ pub fn run_campaign(
     let mut calibration_jobs: Vec<(&Task, Submission)> = Vec::new();
     let mut skipped = 0;
     for task in tasks {
+        let digest = task.digest();
         let mut subs = vec![Submission::gold(task), Submission::noop()];
         subs.extend(
             task.extras
@@ -248,7 +249,7 @@ pub fn run_campaign(
                 .filter_map(|r| Submission::rung(task, &r.name)),
         );
         for s in subs {
-            if done_calibration.contains(&(task.digest(), s.kind.name(), s.name.clone())) {
+            if done_calibration.contains(&(digest.clone(), s.kind.name(), s.name.clone())) {
                 skipped += 1;
             } else {
                 calibration_jobs.push((task, s));
