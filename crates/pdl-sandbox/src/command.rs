@@ -8,19 +8,31 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// Limits on one sandboxed run.
+///
+/// Where the machine allows it (cgroup v2 with delegated `memory` and `pids`
+/// controllers, or cgroup v1 `memory` and `pids` hierarchies writable by the
+/// harness, as for root), `memory_bytes` and `max_processes` bound the run's
+/// whole process tree together; otherwise only per-process limits apply. What
+/// was enforced is in [`crate::RunReport::enforced`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceLimits {
     /// Wall-clock bound; the whole process tree is ended when it passes.
     pub wall_time: Duration,
     /// Time between SIGTERM and SIGKILL when the wall-clock bound is hit.
     pub kill_grace: Duration,
-    /// Address-space bound per process, in bytes.
+    /// Memory of the whole run (every process together, page cache and
+    /// in-memory scratch included), in bytes.
     pub memory_bytes: Option<u64>,
-    /// Bound on the number of processes.
+    /// Address-space bound of each process, in bytes (`RLIMIT_AS`).
+    #[serde(default)]
+    pub process_memory_bytes: Option<u64>,
+    /// Bound on the number of processes of the run.
     pub max_processes: Option<u64>,
     /// Largest file a process may write, in bytes.
     pub max_file_bytes: Option<u64>,
-    /// Bytes of combined stdout and stderr kept; the rest is dropped behind a marker.
+    /// Bytes of combined stdout and stderr kept in the output file; the rest is
+    /// dropped behind a marker (the last [`crate::OUTPUT_TAIL_BYTES`] are always
+    /// kept in the report).
     pub max_output_bytes: u64,
 }
 
@@ -29,7 +41,8 @@ impl Default for ResourceLimits {
         ResourceLimits {
             wall_time: Duration::from_secs(120),
             kill_grace: Duration::from_secs(2),
-            memory_bytes: Some(4 << 30),
+            memory_bytes: Some(2 << 30),
+            process_memory_bytes: Some(4 << 30),
             max_processes: Some(512),
             max_file_bytes: Some(256 << 20),
             max_output_bytes: 4 << 20,
@@ -71,15 +84,29 @@ pub struct SandboxCommand {
     /// Extra host paths the command may read (bound read-only at the same place),
     /// beyond the system directories.
     pub readable: Vec<PathBuf>,
-    /// A host folder to serve as the command's private HOME.
+    /// A host folder to serve as the command's private HOME (unused when
+    /// `memory_scratch` is set).
     pub home: PathBuf,
-    /// A host folder to serve as the command's private /tmp.
+    /// A host folder to serve as the command's private /tmp (unused when
+    /// `memory_scratch` is set).
     pub tmp: PathBuf,
+    /// In-memory scratch instead of host folders: `/tmp`, `/var/tmp` and HOME
+    /// (`/home/sandbox`) are fresh tmpfs mounts of at most this many bytes each,
+    /// gone with the run. Nothing the command writes there reaches the host's
+    /// disk.
+    #[serde(default)]
+    pub memory_scratch: Option<u64>,
+    /// Mount the writable paths and the scratch `noexec`: no program or shared
+    /// library the command writes can be executed or loaded.
+    #[serde(default)]
+    pub noexec: bool,
     /// Network access.
     pub network: NetworkPolicy,
     /// Limits.
     pub limits: ResourceLimits,
     /// Where combined stdout and stderr go (bounded by `limits.max_output_bytes`).
+    /// The file is created new (never through a link) and must lie in a folder
+    /// the command cannot write.
     pub output: PathBuf,
     /// Bytes to feed on standard input (empty: standard input is `/dev/null`).
     #[serde(default)]
@@ -99,6 +126,8 @@ impl SandboxCommand {
             readable: Vec::new(),
             home: scratch.join("home"),
             tmp: scratch.join("tmp"),
+            memory_scratch: None,
+            noexec: false,
             network: NetworkPolicy::LoopbackOnly,
             limits: ResourceLimits::default(),
             output: scratch.join("output.log"),
@@ -157,4 +186,31 @@ impl SandboxCommand {
         self.stdin = bytes;
         self
     }
+
+    /// Gives the command in-memory scratch of at most `bytes` per mount.
+    pub fn memory_scratch(mut self, bytes: u64) -> Self {
+        self.memory_scratch = Some(bytes);
+        self
+    }
+
+    /// The HOME the command sees.
+    pub fn home_inside(&self) -> PathBuf {
+        if self.memory_scratch.is_some() {
+            PathBuf::from(PRIVATE_HOME)
+        } else {
+            self.home.clone()
+        }
+    }
+}
+
+/// HOME inside the sandbox when the scratch is in memory.
+pub const PRIVATE_HOME: &str = "/home/sandbox";
+
+/// A descriptor the command inherits at a given number.
+#[derive(Debug)]
+pub struct PassedFd {
+    /// The number the command sees it at (3 and 4 are the sandbox's own).
+    pub target: i32,
+    /// The descriptor; the runner closes its copy once the command started.
+    pub fd: std::os::fd::OwnedFd,
 }

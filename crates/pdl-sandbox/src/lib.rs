@@ -9,15 +9,17 @@
 //! Output is streamed into a bounded file, never buffered in memory; the wall-clock
 //! bound ends the whole process tree (SIGTERM, then SIGKILL after a grace period).
 
+mod cgroup;
 pub mod command;
 pub mod namespaces;
 pub mod outcome;
 pub mod runner;
 mod supervise;
 
-pub use command::{NetworkPolicy, ResourceLimits, SandboxCommand};
-pub use namespaces::{init_main, NamespaceRunner};
-pub use outcome::{RunReport, RunStatus};
+pub use cgroup::scope as cgroup_scope;
+pub use command::{NetworkPolicy, PassedFd, ResourceLimits, SandboxCommand, PRIVATE_HOME};
+pub use namespaces::{init_main, NamespaceRunner, FIRST_PASSED_FD};
+pub use outcome::{Enforcement, LimitScope, NetworkScope, RunReport, RunStatus, OUTPUT_TAIL_BYTES};
 pub use runner::{PlainRunner, ProcessRunner, SandboxKind};
 pub use supervise::TRUNCATION_MARKER;
 
@@ -33,8 +35,9 @@ pub struct SandboxUnavailable {
     pub reason: String,
 }
 
-/// The hidden subcommand a program must route to [`init_main`] for
-/// [`runner`]'s namespace sandbox to work.
+/// The hidden subcommand a program must route to [`init_main`] (before
+/// anything else, with no further arguments) for [`runner`]'s namespace
+/// sandbox to work.
 pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
 
 /// A runner of the given kind, checked to work on this machine. The namespace

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::command::ResourceLimits;
+use crate::command::{PassedFd, ResourceLimits};
+use crate::outcome::OUTPUT_TAIL_BYTES;
 
 /// The marker written where output was cut.
 pub const TRUNCATION_MARKER: &str = "\n[pdl-swe: output truncated here; the rest was discarded]\n";
@@ -30,21 +31,36 @@ pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Output statistics from the drain thread.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct OutputStats {
     pub bytes: u64,
     pub truncated: bool,
+    /// The last [`OUTPUT_TAIL_BYTES`] bytes.
+    pub tail: Vec<u8>,
 }
 
-/// Copies everything from `reader` into `path`, keeping at most `cap` bytes. Stops
-/// at end of file, or once `stop` is set and nothing arrived for a short while (a
-/// process that escaped the kill still holds the pipe).
-fn drain(read_end: OwnedFd, path: &Path, cap: u64, stop: Arc<AtomicBool>) -> OutputStats {
+/// Creates the output file: new, never through a link, readable by its owner.
+pub(crate) fn create_output(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Copies everything from `reader` into `file`, keeping at most `cap` bytes
+/// there and the last [`OUTPUT_TAIL_BYTES`] in memory. Stops at end of file,
+/// or once `stop` is set and nothing arrived for a short while (a process that
+/// escaped the kill still holds the pipe).
+fn drain(read_end: OwnedFd, mut file: File, cap: u64, stop: Arc<AtomicBool>) -> OutputStats {
     let mut stats = OutputStats::default();
-    let mut file = File::create(path).ok();
     let fd = read_end.as_raw_fd();
     let mut reader = File::from(read_end);
     let mut buf = vec![0u8; 64 * 1024];
+    let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
     loop {
         let mut pfd = libc::pollfd {
             fd,
@@ -72,19 +88,20 @@ fn drain(read_end: OwnedFd, path: &Path, cap: u64, stop: Arc<AtomicBool>) -> Out
             Err(_) => break,
         };
         let keep = cap.saturating_sub(stats.bytes).min(n as u64) as usize;
-        if let Some(f) = file.as_mut() {
-            if keep > 0 {
-                let _ = f.write_all(&buf[..keep]);
-            }
-            if keep < n && !stats.truncated {
-                let _ = f.write_all(TRUNCATION_MARKER.as_bytes());
-            }
+        if keep > 0 {
+            let _ = file.write_all(&buf[..keep]);
         }
-        if keep < n {
+        if keep < n && !stats.truncated {
+            let _ = file.write_all(TRUNCATION_MARKER.as_bytes());
             stats.truncated = true;
         }
         stats.bytes += n as u64;
+        let fresh = &buf[n.saturating_sub(OUTPUT_TAIL_BYTES)..n];
+        let overflow = (tail.len() + fresh.len()).saturating_sub(OUTPUT_TAIL_BYTES);
+        tail.drain(..overflow.min(tail.len()));
+        tail.extend(fresh);
     }
+    stats.tail = tail.into_iter().collect();
     stats
 }
 
@@ -152,15 +169,28 @@ impl Supervised {
     }
 }
 
+/// What happens in the child between fork and exec: descriptors handed over
+/// at their numbers, cgroups joined, per-process limits applied.
+pub(crate) struct ChildSetup {
+    /// Descriptors the child inherits at given numbers.
+    pub fds: Vec<PassedFd>,
+    /// `cgroup.procs` descriptors the child writes itself into.
+    pub cgroup_procs: Vec<OwnedFd>,
+    /// Per-process limits to apply (the plain runner; the namespace helper
+    /// applies them to the command itself).
+    pub rlimits: Option<ResourceLimits>,
+    /// Whether the process limit is applied as an rlimit.
+    pub process_rlimit: bool,
+}
+
 /// Spawns `command` in a new process group with merged, bounded output and the
-/// limits applied, then supervises it to the end. `prepare` runs in the child
-/// between fork and exec (it must be async-signal-safe).
+/// child set up, then supervises it to the end.
 pub(crate) fn run_supervised(
     mut command: Command,
     limits: &ResourceLimits,
-    output: &Path,
+    output: File,
     stdin: &[u8],
-    apply_rlimits: bool,
+    setup: ChildSetup,
 ) -> std::io::Result<Supervised> {
     let (read_end, write_end) = pipe()?;
     let write_err = write_end.try_clone()?;
@@ -173,28 +203,54 @@ pub(crate) fn run_supervised(
             Stdio::piped()
         })
         .process_group(0);
-    if apply_rlimits {
-        let limits = limits.clone();
-        // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
-        unsafe {
-            command.pre_exec(move || {
-                apply_resource_limits(&limits, false);
-                Ok(())
-            });
-        }
+    let moves: Vec<(i32, i32)> = setup
+        .fds
+        .iter()
+        .map(|p| (p.fd.as_raw_fd(), p.target))
+        .collect();
+    let procs: Vec<i32> = setup.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect();
+    let rlimits = setup.rlimits.clone();
+    let process_rlimit = setup.process_rlimit;
+    // SAFETY: the closure only calls dup2, fcntl, write and setrlimit, which are
+    // async-signal-safe, on descriptors and values prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            crate::cgroup::join_from_child(&procs)?;
+            // Two passes, so that a source numbered like another's target is
+            // not overwritten before it moves.
+            let mut staged = Vec::with_capacity(moves.len());
+            for &(source, _) in &moves {
+                let copy = libc::fcntl(source, libc::F_DUPFD_CLOEXEC, 64);
+                if copy < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                staged.push(copy);
+            }
+            for (i, &(_, target)) in moves.iter().enumerate() {
+                if libc::dup2(staged[i], target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(limits) = &rlimits {
+                apply_resource_limits(limits, process_rlimit);
+            }
+            Ok(())
+        });
     }
     let started = Instant::now();
-    let mut child = command.spawn()?;
-    // Our copies of the write ends live in `command`; drop them so EOF can arrive.
+    let spawned = command.spawn();
+    // Our copies of the handed-over descriptors and of the pipe's write ends
+    // (in `command`) go, so that the readers see end of file when the run ends.
+    drop(setup);
     drop(command);
+    let mut child = spawned?;
     let pid = child.id() as i32;
     let pidfd = pidfd_open(pid);
     let stop = Arc::new(AtomicBool::new(false));
     let drain_thread: JoinHandle<OutputStats> = {
-        let path = output.to_path_buf();
         let cap = limits.max_output_bytes;
         let stop = stop.clone();
-        std::thread::spawn(move || drain(read_end, &path, cap, stop))
+        std::thread::spawn(move || drain(read_end, output, cap, stop))
     };
     if let Some(mut pipe) = child.stdin.take() {
         let bytes = stdin.to_vec();
@@ -249,7 +305,7 @@ pub(crate) fn apply_resource_limits(limits: &ResourceLimits, with_process_limit:
             libc::setrlimit(resource, &rl);
         }
     };
-    if let Some(bytes) = limits.memory_bytes {
+    if let Some(bytes) = limits.process_memory_bytes {
         set(libc::RLIMIT_AS, bytes);
     }
     if let Some(n) = limits.max_processes.filter(|_| with_process_limit) {

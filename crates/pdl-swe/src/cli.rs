@@ -88,12 +88,9 @@ pub enum Command {
     Model(ModelCommand),
     /// Check this machine: Python, installer, git, sandbox and its start cost.
     Doctor(DoctorArgs),
-    /// Internal: the sandbox's first process.
+    /// Internal: the sandbox's first process (its spec arrives on descriptor 4).
     #[command(name = "__sandbox-init", hide = true)]
-    SandboxInit {
-        /// The sandbox specification file.
-        spec: PathBuf,
-    },
+    SandboxInit,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,15 +11,11 @@ use clap::Parser;
 fn main() {
     // The sandbox helper must start before anything else (it needs a
     // single-threaded process), so it is routed here, ahead of argument parsing.
-    let mut args = std::env::args_os();
-    if args
+    if std::env::args_os()
         .nth(1)
         .is_some_and(|a| a == pdl_sandbox::INIT_SUBCOMMAND)
     {
-        match args.next() {
-            Some(spec) => pdl_sandbox::init_main(std::path::Path::new(&spec)),
-            None => std::process::exit(exit::USAGE),
-        }
+        pdl_sandbox::init_main();
     }
     let cli = cli::Cli::parse();
     let result = match &cli.command {
@@ -31,7 +27,7 @@ fn main() {
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Report(args) => commands::report::run(args),
         cli::Command::Model(cmd) => commands::model::run(cmd),
-        cli::Command::SandboxInit { .. } => Ok(exit::USAGE),
+        cli::Command::SandboxInit => Ok(exit::USAGE),
     };
     let code = match result {
         Ok(code) => code,

@@ -1,40 +1,6 @@
-//! The namespace sandbox ([`NamespaceRunner`]): Linux user, mount, pid, network,
-//! IPC and UTS namespaces, without Docker or setuid helpers.
-//!
-//! # How a run is set up
-//!
-//! The harness starts a helper process (the `pdl-swe` binary itself, in its
-//! hidden `__sandbox-init` mode) in its own process group. The helper, a fresh
-//! single-threaded process, `clone`s the sandbox's first process into new
-//! namespaces and writes its user and group maps from outside. That first process
-//! (pid 1 of the new pid namespace):
-//!
-//! 1. builds a new root on a tmpfs: the system folders (`/usr`, `/bin`, `/lib*`,
-//!    `/etc`, `/opt`) and the command's readable paths bound read-only, its
-//!    writable paths bound read-write, a private `/tmp` and `/var/tmp`, a private
-//!    HOME, a minimal `/dev`, and a `/proc` of the new pid namespace; nothing else
-//!    of the host (its home folders, `/run`, `/var`, `/srv`) is visible;
-//! 2. pivots into it and makes the skeleton read-only;
-//! 3. brings up loopback in the empty network namespace (tests that bind
-//!    localhost work; nothing else is reachable), and, for agent episodes, starts
-//!    a forwarder from `127.0.0.1:<port>` to the model gateway's Unix socket;
-//! 4. forks the command, which drops every privilege (a non-zero uid, no
-//!    capabilities, `no_new_privs`, resource limits) and execs;
-//! 5. reaps children until the command exits, reports its status on a private
-//!    pipe, and exits, which kills every process left in the namespace.
-//!
-//! When the harness runs as root, the command runs as host uid 65534 (nobody),
-//! so root-only host files stay unreadable and the process limit applies; its
-//! writable paths are handed to that uid first. Otherwise the command keeps the
-//! invoking user's uid behind a nested user namespace that removes capabilities.
-//!
-//! # What it guarantees
-//!
-//! No network but loopback (and the one gateway route when asked), a read-only
-//! view of the host's system folders, no view of the host's home folders or
-//! runtime sockets, a scrubbed environment, and an end to the whole process tree
-//! on exit or timeout: SIGTERM, then SIGKILL to the helper and the namespace's
-//! first process, whose death takes every other process of the namespace with it.
+//! The helper side of the namespace sandbox: everything here runs in the helper
+//! process and its forks ([`init_main`] is the entry point). See the parent
+//! module for how a run is set up.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -44,240 +10,14 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
+use super::{InitSpec, SANDBOX_ID, SPEC_FD, STATUS_FD};
+use crate::command::{NetworkPolicy, PRIVATE_HOME};
+use crate::supervise::{apply_resource_limits, pipe};
 
-use crate::command::{NetworkPolicy, SandboxCommand};
-use crate::outcome::{RunReport, RunStatus};
-use crate::runner::{prepare_scratch, ProcessRunner, SandboxKind};
-use crate::supervise::{apply_resource_limits, pipe, run_supervised};
-
-/// The uid and gid the command runs as inside the sandbox.
-const SANDBOX_ID: u32 = 1000;
-/// The host uid and gid the command runs as when the harness is root.
-const UNPRIVILEGED_HOST_ID: u32 = 65534;
-/// The file descriptor the helper reports status on.
-const STATUS_FD: i32 = 3;
 /// Host folders bound read-only when they exist.
 const SYSTEM_PATHS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
 ];
-
-/// What the helper needs to know, written to a file for it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct InitSpec {
-    command: SandboxCommand,
-    /// An empty host folder the new root is built on.
-    root: PathBuf,
-    host_uid: u32,
-    host_gid: u32,
-}
-
-/// A runner that isolates with Linux namespaces.
-#[derive(Debug, Clone)]
-pub struct NamespaceRunner {
-    helper: PathBuf,
-    helper_args: Vec<String>,
-}
-
-fn io_reason(what: &str, e: std::io::Error) -> String {
-    format!("{what}: {e}")
-}
-
-impl NamespaceRunner {
-    /// A runner whose helper is `helper` run with `helper_args` followed by the
-    /// spec file path. The helper must call [`init_main`].
-    pub fn new(helper: PathBuf, helper_args: Vec<String>) -> Self {
-        NamespaceRunner {
-            helper,
-            helper_args,
-        }
-    }
-
-    /// Checks that namespaces can be created here by running `true` inside one.
-    pub fn probe(&self) -> Result<(), String> {
-        let scratch =
-            std::env::temp_dir().join(format!("pdl-sandbox-probe-{}", std::process::id()));
-        let cmd = SandboxCommand::new("/bin/true", "/", &scratch)
-            .wall_time(std::time::Duration::from_secs(20));
-        let report = self.run(&cmd);
-        let _ = std::fs::remove_dir_all(&scratch);
-        match &report.status {
-            RunStatus::Exited { code: 0 } => Ok(()),
-            RunStatus::SandboxFailed { reason } => Err(reason.clone()),
-            other => Err(format!(
-                "a probe run ended as {} ({})",
-                other.name(),
-                report.output_tail(500).trim()
-            )),
-        }
-    }
-}
-
-/// Hands `path` (recursively) to `uid`/`gid`. Symlinks are changed, not followed.
-fn chown_tree(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
-}
-
-impl ProcessRunner for NamespaceRunner {
-    fn run(&self, command: &SandboxCommand) -> RunReport {
-        let failed = |reason: String| RunReport {
-            status: RunStatus::SandboxFailed { reason },
-            duration: Default::default(),
-            output_bytes: 0,
-            output_truncated: false,
-            output_path: command.output.clone(),
-        };
-        if let Err(e) = prepare_scratch(command) {
-            return failed(io_reason("cannot create scratch folders", e));
-        }
-        let scratch = command
-            .output
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir);
-        let root = scratch.join(format!(".sandbox-root-{}", unique()));
-        if let Err(e) = std::fs::create_dir_all(&root) {
-            return failed(io_reason("cannot create the sandbox root", e));
-        }
-        // SAFETY: getuid/getgid/geteuid cannot fail.
-        let (host_uid, host_gid, euid) =
-            unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
-        if euid == 0 {
-            for path in command.writable.iter().chain([&command.home, &command.tmp]) {
-                if let Err(e) = chown_tree(path, UNPRIVILEGED_HOST_ID, UNPRIVILEGED_HOST_ID) {
-                    return failed(io_reason(
-                        &format!("cannot hand {} to the sandbox user", path.display()),
-                        e,
-                    ));
-                }
-            }
-        }
-        let spec = InitSpec {
-            command: command.clone(),
-            root: root.clone(),
-            host_uid,
-            host_gid,
-        };
-        let spec_path = scratch.join(format!(".sandbox-spec-{}.json", unique()));
-        if let Err(e) = std::fs::write(
-            &spec_path,
-            serde_json::to_vec(&spec).expect("specs serialize"),
-        ) {
-            return failed(io_reason("cannot write the sandbox spec", e));
-        }
-        let (status_read, status_write) = match pipe() {
-            Ok(p) => p,
-            Err(e) => return failed(io_reason("cannot create the status pipe", e)),
-        };
-        let status_thread = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = File::from(status_read).read_to_string(&mut text);
-            text
-        });
-        let mut cmd = Command::new(&self.helper);
-        cmd.args(&self.helper_args)
-            .arg(&spec_path)
-            .env_clear()
-            .current_dir("/");
-        let write_fd = status_write.as_raw_fd();
-        // SAFETY: dup2 and fcntl are async-signal-safe; they only move a descriptor.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(write_fd, STATUS_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let supervised =
-            run_supervised(cmd, &command.limits, &command.output, &command.stdin, false);
-        drop(status_write);
-        let status_text = status_thread.join().unwrap_or_default();
-        let _ = std::fs::remove_file(&spec_path);
-        let _ = std::fs::remove_dir(&root);
-        let s = match supervised {
-            Ok(s) => s,
-            Err(e) => {
-                return failed(io_reason(
-                    &format!("cannot start the sandbox helper {}", self.helper.display()),
-                    e,
-                ))
-            }
-        };
-        let status = interpret(&status_text, s.timed_out, s.code_or_signal());
-        RunReport {
-            status,
-            duration: s.duration,
-            output_bytes: s.output.bytes,
-            output_truncated: s.output.truncated,
-            output_path: command.output.clone(),
-        }
-    }
-
-    fn kind(&self) -> SandboxKind {
-        SandboxKind::Namespaces
-    }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    COUNTER.fetch_add(1, Ordering::Relaxed) ^ ((std::process::id() as u64) << 32)
-}
-
-/// Turns the helper's status lines into a run status.
-fn interpret(status: &str, timed_out: bool, helper: (Option<i32>, Option<i32>)) -> RunStatus {
-    let mut result = None;
-    for line in status.lines() {
-        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
-        match word {
-            "error" => {
-                return RunStatus::SandboxFailed {
-                    reason: rest.to_string(),
-                }
-            }
-            "spawn_error" => {
-                return RunStatus::SpawnFailed {
-                    reason: rest.to_string(),
-                }
-            }
-            "exit" => result = rest.parse().ok().map(|code| RunStatus::Exited { code }),
-            "signal" => {
-                result = rest
-                    .parse()
-                    .ok()
-                    .map(|signal| RunStatus::Signaled { signal })
-            }
-            _ => {}
-        }
-    }
-    if timed_out {
-        return RunStatus::TimedOut;
-    }
-    match result {
-        Some(r) => r,
-        None => RunStatus::SandboxFailed {
-            reason: match helper {
-                (Some(code), _) => format!(
-                    "the sandbox helper exited with code {code} before the command finished"
-                ),
-                (_, Some(signal)) => format!("the sandbox helper was killed by signal {signal}"),
-                _ => "the sandbox helper vanished".into(),
-            },
-        },
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The helper side. Everything below runs in the helper process and its forks.
-// ---------------------------------------------------------------------------
 
 fn status_line(line: &str) {
     let mut bytes = line.as_bytes().to_vec();
@@ -336,8 +76,9 @@ fn inside(root: &Path, host: &Path) -> PathBuf {
     root.join(host.strip_prefix("/").unwrap_or(host))
 }
 
-/// Binds `host` at the same path under `root`, read-only unless `writable`.
-fn bind(root: &Path, host: &Path, writable: bool) -> Result<(), String> {
+/// Binds `host` at the same path under `root`, read-only unless `writable`,
+/// `noexec` when asked.
+fn bind(root: &Path, host: &Path, writable: bool, noexec: bool) -> Result<(), String> {
     let meta = std::fs::metadata(host).map_err(|e| format!("{}: {e}", host.display()))?;
     let target = inside(root, host);
     if meta.is_dir() {
@@ -363,7 +104,22 @@ fn bind(root: &Path, host: &Path, writable: bool) -> Result<(), String> {
     if !writable {
         flags |= libc::MS_RDONLY;
     }
+    if noexec {
+        flags |= libc::MS_NOEXEC;
+    }
     mount(None, &target, None, flags, None)
+}
+
+/// A fresh tmpfs of at most `size` bytes at `target`, owned by the command's
+/// user.
+fn private_tmpfs(target: &Path, size: u64, mode: &str, noexec: bool) -> Result<(), String> {
+    std::fs::create_dir_all(target).map_err(|e| format!("mkdir {}: {e}", target.display()))?;
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if noexec {
+        flags |= libc::MS_NOEXEC;
+    }
+    let data = format!("size={size},mode={mode},uid={SANDBOX_ID},gid={SANDBOX_ID}");
+    mount(Some(Path::new("tmpfs")), target, Some("tmpfs"), flags, Some(&data))
 }
 
 /// The flags of the mount under `path` that a remount in a user namespace must
@@ -420,15 +176,30 @@ fn build_root(spec: &InitSpec) -> Result<(), String> {
             std::os::unix::fs::symlink(&target, inside(root, host))
                 .map_err(|e| format!("symlink {sys}: {e}"))?;
         } else if meta.is_dir() {
-            bind(root, host, false)?;
+            bind(root, host, false, false)?;
             bound.push(host.to_path_buf());
         }
     }
-    // Private /tmp and /var/tmp, both the command's own scratch folder.
+    // Private /tmp and /var/tmp: fresh tmpfs mounts, or the command's own
+    // scratch folder on the host.
     for t in ["/tmp", "/var/tmp"] {
         let target = inside(root, Path::new(t));
-        std::fs::create_dir_all(&target).map_err(|e| format!("mkdir {t}: {e}"))?;
-        mount(Some(&cmd.tmp), &target, None, libc::MS_BIND, None)?;
+        match cmd.memory_scratch {
+            Some(size) => private_tmpfs(&target, size, "1777", cmd.noexec)?,
+            None => {
+                std::fs::create_dir_all(&target).map_err(|e| format!("mkdir {t}: {e}"))?;
+                mount(Some(&cmd.tmp), &target, None, libc::MS_BIND, None)?;
+                let mut flags = libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | locked_flags(&target);
+                if cmd.noexec {
+                    flags |= libc::MS_NOEXEC;
+                }
+                mount(None, &target, None, flags, None)?;
+            }
+        }
     }
     let covered = |p: &Path, bound: &[PathBuf]| bound.iter().any(|b| p.starts_with(b));
     for path in &cmd.readable {
@@ -436,15 +207,36 @@ fn build_root(spec: &InitSpec) -> Result<(), String> {
         if !canonical.exists() || covered(&canonical, &bound) {
             continue;
         }
-        bind(root, &canonical, false)?;
+        bind(root, &canonical, false, false)?;
         bound.push(canonical);
     }
-    for path in cmd.writable.iter().chain([&cmd.home]) {
-        bind(root, path, true)?;
+    for path in &cmd.writable {
+        bind(root, path, true, cmd.noexec)?;
+    }
+    match cmd.memory_scratch {
+        Some(size) => private_tmpfs(&inside(root, Path::new(PRIVATE_HOME)), size, "0700", cmd.noexec)?,
+        None => bind(root, &cmd.home, true, cmd.noexec)?,
     }
     if let NetworkPolicy::Gateway { socket, .. } = &cmd.network {
         let dir = socket.parent().ok_or("the gateway socket has no folder")?;
-        bind(root, dir, false)?;
+        bind(root, dir, false, false)?;
+    }
+    // The harness's own executable (which may embed data no run may read) is
+    // hidden behind an empty file wherever a bind made it visible.
+    let empty = root.join(".empty");
+    File::create(&empty).map_err(|e| format!("create {}: {e}", empty.display()))?;
+    for host in &spec.mask {
+        let target = inside(root, host);
+        if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_file()) {
+            mount(Some(&empty), &target, None, libc::MS_BIND, None)?;
+            mount(
+                None,
+                &target,
+                None,
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | locked_flags(&target),
+                None,
+            )?;
+        }
     }
     // A minimal /dev.
     let dev = root.join("dev");
@@ -681,7 +473,7 @@ fn namespace_init(spec: InitSpec, sync_read: OwnedFd) -> ! {
         exec.args(&cmd.args)
             .env_clear()
             .envs(&cmd.env)
-            .env("HOME", &cmd.home)
+            .env("HOME", cmd.home_inside())
             .env("TMPDIR", "/tmp")
             .current_dir(&cmd.cwd);
         let error = exec.exec();
@@ -704,22 +496,25 @@ fn namespace_init(spec: InitSpec, sync_read: OwnedFd) -> ! {
     }
 }
 
-/// The helper's entry point: reads the spec, creates the namespaces and reports
-/// on descriptor 3. Must run in a fresh, single-threaded process (call it first
-/// thing in `main`). Never returns.
-pub fn init_main(spec_path: &Path) -> ! {
+/// The helper's entry point: reads the spec from descriptor 4, creates the
+/// namespaces and reports on descriptor 3. Must run in a fresh,
+/// single-threaded process (call it first thing in `main`). Never returns.
+pub fn init_main() -> ! {
     // SAFETY: making the status descriptor close-on-exec so the command never
     // inherits it.
     unsafe { libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
-    let spec: InitSpec = match std::fs::read(spec_path)
+    // SAFETY: the runner handed the spec pipe's read end over at SPEC_FD; this
+    // process owns it from here on.
+    let spec_file = unsafe { File::from_raw_fd(SPEC_FD) };
+    let mut bytes = Vec::new();
+    let spec: InitSpec = match spec_file
+        .take(64 << 20)
+        .read_to_end(&mut bytes)
         .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .and_then(|_| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
     {
         Ok(s) => s,
-        Err(e) => fail(format!(
-            "cannot read the sandbox spec {}: {e}",
-            spec_path.display()
-        )),
+        Err(e) => fail(format!("cannot read the sandbox spec: {e}")),
     };
     let (sync_read, sync_write) = pipe().unwrap_or_else(|e| fail(format!("sync pipe: {e}")));
     let flags = libc::CLONE_NEWUSER
@@ -759,8 +554,8 @@ pub fn init_main(spec_path: &Path) -> ! {
     let maps = if spec.host_uid == 0 {
         (
             None,
-            format!("0 0 1\n{SANDBOX_ID} {UNPRIVILEGED_HOST_ID} 1\n"),
-            format!("0 0 1\n{SANDBOX_ID} {UNPRIVILEGED_HOST_ID} 1\n"),
+            format!("0 0 1\n{SANDBOX_ID} {} 1\n", spec.run_id),
+            format!("0 0 1\n{SANDBOX_ID} {} 1\n", spec.run_id),
         )
     } else {
         (

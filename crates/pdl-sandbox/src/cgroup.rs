@@ -1,0 +1,333 @@
+//! Limits that add up over a whole run ([`RunCgroup`]): a cgroup per run with a
+//! memory and a process-count bound, joined by the run's first process before
+//! anything else starts, so that every descendant counts against it.
+//!
+//! Two layouts are supported:
+//!
+//! - **cgroup v2** (a unified hierarchy whose `memory` and `pids` controllers
+//!   are available to the harness's own cgroup, as under a systemd unit with
+//!   `Delegate=yes`). When the harness's cgroup still has processes and the
+//!   controllers are not yet enabled for its children, the harness first moves
+//!   itself into a leaf `pdl-swe-harness` (the "no internal processes" rule).
+//! - **cgroup v1** (separate `memory` and `pids` hierarchies, writable by the
+//!   harness, as for root on many hosts).
+//!
+//! Anywhere else the runner falls back to per-process rlimits and says so in
+//! [`crate::Enforcement`].
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::outcome::LimitScope;
+
+/// Where run cgroups are made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Layout {
+    /// Children of this cgroup v2 directory.
+    V2 { parent: PathBuf },
+    /// Children of these v1 `memory` and `pids` directories.
+    V1 { memory: PathBuf, pids: PathBuf },
+}
+
+static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
+
+/// The layout this machine offers the harness, found once.
+fn layout() -> Option<&'static Layout> {
+    LAYOUT.get_or_init(detect).as_ref()
+}
+
+/// The scope run cgroups enforce limits at on this machine, or `None` when
+/// there are none.
+pub fn scope() -> LimitScope {
+    match layout() {
+        Some(Layout::V2 { .. }) => LimitScope::CgroupV2,
+        Some(Layout::V1 { .. }) => LimitScope::CgroupV1,
+        None => LimitScope::None,
+    }
+}
+
+fn mounts() -> Vec<(PathBuf, String, String)> {
+    // mountinfo: id parent major:minor root mountpoint options - fstype source superoptions
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mountpoint = left.split(' ').nth(4)?;
+            let mut right = right.split(' ');
+            let fstype = right.next()?.to_string();
+            let superoptions = right.nth(1).unwrap_or("").to_string();
+            Some((PathBuf::from(mountpoint), fstype, superoptions))
+        })
+        .collect()
+}
+
+/// This process's cgroup path in each hierarchy (`0` for v2, else the
+/// controller list), from /proc/self/cgroup.
+fn own_cgroups() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            Some((
+                if id == "0" && controllers.is_empty() {
+                    "0".to_string()
+                } else {
+                    controllers.to_string()
+                },
+                path.to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn join(mountpoint: &Path, path: &str) -> PathBuf {
+    mountpoint.join(path.trim_start_matches('/'))
+}
+
+/// Whether a child cgroup can be made and removed under `dir`.
+fn writable(dir: &Path) -> bool {
+    let probe = dir.join(format!("pdl-swe-probe-{}", std::process::id()));
+    let made = std::fs::create_dir(&probe).is_ok();
+    if made {
+        let _ = std::fs::remove_dir(&probe);
+    }
+    made
+}
+
+fn detect() -> Option<Layout> {
+    let mounts = mounts();
+    let own = own_cgroups();
+    // cgroup v1, both controllers.
+    let v1 = |controller: &str| {
+        let (mountpoint, _, _) = mounts.iter().find(|(_, fstype, options)| {
+            fstype == "cgroup" && options.split(',').any(|o| o == controller)
+        })?;
+        let (_, path) = own
+            .iter()
+            .find(|(controllers, _)| controllers.split(',').any(|c| c == controller))?;
+        let dir = join(mountpoint, path);
+        writable(&dir).then_some(dir)
+    };
+    if let (Some(memory), Some(pids)) = (v1("memory"), v1("pids")) {
+        return Some(Layout::V1 { memory, pids });
+    }
+    // cgroup v2.
+    let (mountpoint, _, _) = mounts.iter().find(|(_, fstype, _)| fstype == "cgroup2")?;
+    let (_, path) = own.iter().find(|(id, _)| id == "0")?;
+    let dir = join(mountpoint, path);
+    let controllers = std::fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
+    let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
+    if !has("memory") || !has("pids") || !writable(&dir) {
+        return None;
+    }
+    let enabled = |dir: &Path| {
+        std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+            .map(|t| {
+                let on: Vec<&str> = t.split_whitespace().collect();
+                on.contains(&"memory") && on.contains(&"pids")
+            })
+            .unwrap_or(false)
+    };
+    if !enabled(&dir) {
+        // Controllers can only be enabled for the children of a cgroup without
+        // processes of its own: move this process into a leaf first.
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        if !procs.trim().is_empty() {
+            let leaf = dir.join("pdl-swe-harness");
+            if std::fs::create_dir(&leaf).is_err() && !leaf.is_dir() {
+                return None;
+            }
+            OpenOptions::new()
+                .write(true)
+                .open(leaf.join("cgroup.procs"))
+                .and_then(|mut f| f.write_all(std::process::id().to_string().as_bytes()))
+                .ok()?;
+        }
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.subtree_control"))
+            .and_then(|mut f| f.write_all(b"+memory +pids"))
+            .ok()?;
+        if !enabled(&dir) {
+            return None;
+        }
+    }
+    Some(Layout::V2 { parent: dir })
+}
+
+fn write_file(path: &Path, value: &str) -> std::io::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(value.as_bytes()))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// One run's cgroup (one directory per hierarchy). Dropping it kills whatever
+/// is left in it and removes it.
+#[derive(Debug)]
+pub(crate) struct RunCgroup {
+    dirs: Vec<PathBuf>,
+    version: LimitScope,
+}
+
+impl RunCgroup {
+    /// Makes a cgroup with these bounds, or `None` when the machine offers no
+    /// usable cgroups.
+    pub(crate) fn create(
+        memory_bytes: Option<u64>,
+        max_processes: Option<u64>,
+    ) -> std::io::Result<Option<RunCgroup>> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let Some(layout) = layout() else {
+            return Ok(None);
+        };
+        let name = format!(
+            "pdl-swe-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let made = |dir: PathBuf| -> std::io::Result<PathBuf> {
+            std::fs::create_dir(&dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+            Ok(dir)
+        };
+        let cgroup = match layout {
+            Layout::V2 { parent } => {
+                let dir = made(parent.join(&name))?;
+                let cgroup = RunCgroup {
+                    dirs: vec![dir.clone()],
+                    version: LimitScope::CgroupV2,
+                };
+                if let Some(bytes) = memory_bytes {
+                    write_file(&dir.join("memory.max"), &bytes.to_string())?;
+                    let _ = write_file(&dir.join("memory.swap.max"), "0");
+                }
+                if let Some(n) = max_processes {
+                    write_file(&dir.join("pids.max"), &n.to_string())?;
+                }
+                cgroup
+            }
+            Layout::V1 { memory, pids } => {
+                let mut cgroup = RunCgroup {
+                    dirs: Vec::new(),
+                    version: LimitScope::CgroupV1,
+                };
+                let memory = made(memory.join(&name))?;
+                cgroup.dirs.push(memory.clone());
+                let pids = made(pids.join(&name))?;
+                cgroup.dirs.push(pids.clone());
+                if let Some(bytes) = memory_bytes {
+                    write_file(&memory.join("memory.limit_in_bytes"), &bytes.to_string())?;
+                    // Where swap accounting exists, swap counts too.
+                    let _ = write_file(&memory.join("memory.memsw.limit_in_bytes"), &bytes.to_string());
+                }
+                if let Some(n) = max_processes {
+                    write_file(&pids.join("pids.max"), &n.to_string())?;
+                }
+                cgroup
+            }
+        };
+        Ok(Some(cgroup))
+    }
+
+    /// Which version enforces the limits.
+    pub(crate) fn scope(&self) -> LimitScope {
+        self.version
+    }
+
+    /// Descriptors of the `cgroup.procs` files, for a starting process to join
+    /// with [`join_from_child`] between fork and exec.
+    pub(crate) fn procs_files(&self) -> std::io::Result<Vec<OwnedFd>> {
+        self.dirs
+            .iter()
+            .map(|dir| {
+                let path = dir.join("cgroup.procs");
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map(OwnedFd::from)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+            })
+            .collect()
+    }
+
+    /// Processes the kernel killed for want of memory in this cgroup.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        let file = match self.version {
+            LimitScope::CgroupV2 => "memory.events",
+            _ => "memory.oom_control",
+        };
+        std::fs::read_to_string(self.dirs[0].join(file))
+            .ok()
+            .and_then(|text| {
+                text.lines().find_map(|line| {
+                    line.strip_prefix("oom_kill ")
+                        .and_then(|n| n.trim().parse().ok())
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    /// Kills every process still in the cgroup and waits until it is empty.
+    pub(crate) fn kill_all(&self) {
+        for dir in &self.dirs {
+            if self.version == LimitScope::CgroupV2 {
+                let _ = write_file(&dir.join("cgroup.kill"), "1");
+            }
+            for _ in 0..200 {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                let pids: Vec<i32> = procs
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in pids {
+                    // SAFETY: kill with a pid and a signal number; no memory involved.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        for dir in &self.dirs {
+            // A cgroup can be removed once its last process is gone; the kernel
+            // may take a moment after the kill.
+            for _ in 0..100 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// Moves the calling process into the cgroups whose `cgroup.procs` descriptors
+/// are given. Only async-signal-safe calls: meant for a child between fork and
+/// exec.
+pub(crate) fn join_from_child(procs: &[i32]) -> std::io::Result<()> {
+    for &fd in procs {
+        // "0" is the writing process itself, in both versions.
+        // SAFETY: writing a two-byte buffer to a descriptor we hold.
+        let n = unsafe { libc::write(fd, b"0\n".as_ptr().cast(), 2) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
