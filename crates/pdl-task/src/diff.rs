@@ -87,9 +87,14 @@ impl FilePatch {
         paths
     }
 
-    /// True when either side of the section is a symbolic link (mode `120000`).
+    /// True when either side of the section is a symbolic link or a gitlink
+    /// (modes are read as octal numbers, as git reads them: `0120000` is a link).
     pub fn involves_symlink(&self) -> bool {
-        self.old_mode.as_deref() == Some("120000") || self.new_mode.as_deref() == Some("120000")
+        [&self.old_mode, &self.new_mode].into_iter().any(|m| {
+            m.as_deref()
+                .and_then(parse_mode)
+                .is_some_and(|mode| matches!(mode & MODE_TYPE, MODE_SYMLINK | MODE_GITLINK))
+        })
     }
 
     /// The content a created file will have, from its hunks. `None` for other kinds
@@ -116,6 +121,44 @@ impl FilePatch {
             }
         }
         Some(out)
+    }
+}
+
+/// The type bits of a git mode.
+pub const MODE_TYPE: u32 = 0o170000;
+/// A regular file.
+pub const MODE_REGULAR: u32 = 0o100000;
+/// A symbolic link.
+pub const MODE_SYMLINK: u32 = 0o120000;
+/// A gitlink (submodule).
+pub const MODE_GITLINK: u32 = 0o160000;
+
+/// A git mode read as git reads it: an octal number, leading zeros and
+/// surrounding blanks allowed.
+pub fn parse_mode(text: &str) -> Option<u32> {
+    let text = text.trim();
+    if text.is_empty() || text.len() > 12 {
+        return None;
+    }
+    u32::from_str_radix(text, 8).ok()
+}
+
+/// Bounds the parser holds a patch to before anything applies it: a compressed
+/// binary literal can expand far beyond its own size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatchLimits {
+    /// The largest size a `GIT binary patch` may declare for one file.
+    pub max_binary_bytes: u64,
+    /// The largest sum of the sizes binary sections declare.
+    pub max_total_binary_bytes: u64,
+}
+
+impl Default for PatchLimits {
+    fn default() -> Self {
+        PatchLimits {
+            max_binary_bytes: 16 << 20,
+            max_total_binary_bytes: 64 << 20,
+        }
     }
 }
 
@@ -335,9 +378,102 @@ impl SectionBuilder {
     }
 }
 
-/// Parses a unified diff. Text before the first section (a commit message) is
-/// ignored. An empty or whitespace-only patch parses to an empty set.
+/// Parses a unified diff with the default [`PatchLimits`]. Text before the
+/// first section (a commit message) is ignored. An empty or whitespace-only
+/// patch parses to an empty set.
 pub fn parse_patch(text: &str) -> Result<PatchSet, DiffError> {
+    parse_patch_with(text, &PatchLimits::default())
+}
+
+/// The body of a `GIT binary patch` section, from the line after its header:
+/// one or two `literal N`/`delta N` blocks of base85 lines, each ended by a
+/// blank line. Anything else before the next section is refused, so that no
+/// text can hide behind a binary section. Returns the index of the next line.
+fn binary_body(
+    lines: &[&str],
+    mut i: usize,
+    section: &mut SectionBuilder,
+    limits: &PatchLimits,
+    total: &mut u64,
+) -> Result<usize, DiffError> {
+    let error = |line: usize, reason: String| DiffError { line, reason };
+    for block in 0..2 {
+        let Some(header) = lines.get(i) else {
+            if block == 0 {
+                return Err(error(i, "a binary section without content".into()));
+            }
+            return Ok(i);
+        };
+        let head = header.trim_end_matches(['\n', '\r']);
+        let size = head
+            .strip_prefix("literal ")
+            .or_else(|| head.strip_prefix("delta "))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        let Some(size) = size else {
+            if block == 1 && (head.starts_with("diff --git ") || head.trim().is_empty()) {
+                return Ok(i);
+            }
+            return Err(error(i + 1, "text after a binary section".into()));
+        };
+        if size > limits.max_binary_bytes {
+            return Err(error(
+                i + 1,
+                format!(
+                    "a binary section declares {size} bytes, over the limit of {}",
+                    limits.max_binary_bytes
+                ),
+            ));
+        }
+        *total += size;
+        if *total > limits.max_total_binary_bytes {
+            return Err(error(
+                i + 1,
+                format!(
+                    "the binary sections declare {} bytes in all, over the limit of {}",
+                    *total, limits.max_total_binary_bytes
+                ),
+            ));
+        }
+        section.raw.push_str(lines[i]);
+        i += 1;
+        // base85 lines: a length character (A-Z, a-z) then 5-character groups.
+        while let Some(line) = lines.get(i) {
+            let body = line.trim_end_matches(['\n', '\r']);
+            if body.is_empty() {
+                section.raw.push_str(line);
+                i += 1;
+                break;
+            }
+            let first = body.as_bytes()[0];
+            let well_formed = first.is_ascii_alphabetic()
+                && (body.len() - 1) % 5 == 0
+                && body[1..]
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&()*+-;<=>?@^_`{|}~".contains(&b));
+            if !well_formed {
+                return Err(error(i + 1, "text after a binary section".into()));
+            }
+            section.raw.push_str(line);
+            i += 1;
+        }
+    }
+    // Nothing but blank lines may follow before the next section.
+    while let Some(line) = lines.get(i) {
+        if line.starts_with("diff --git ") {
+            break;
+        }
+        if !line.trim().is_empty() {
+            return Err(error(i + 1, "text after a binary section".into()));
+        }
+        section.raw.push_str(line);
+        i += 1;
+    }
+    Ok(i)
+}
+
+/// Parses a unified diff, holding it to `limits`.
+pub fn parse_patch_with(text: &str, limits: &PatchLimits) -> Result<PatchSet, DiffError> {
+    let mut binary_total = 0u64;
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let mut sections: Vec<SectionBuilder> = Vec::new();
     let mut current: Option<SectionBuilder> = None;
@@ -353,11 +489,25 @@ pub fn parse_patch(text: &str) -> Result<PatchSet, DiffError> {
             }
             let mut section = SectionBuilder::new(i + 1, true);
             section.git_paths = split_git_header_paths(rest);
-            if section.git_paths.is_none() {
-                return Err(DiffError {
-                    line: i + 1,
-                    reason: format!("cannot read the paths of `{content}`"),
-                });
+            match &section.git_paths {
+                None => {
+                    return Err(DiffError {
+                        line: i + 1,
+                        reason: format!("cannot read the paths of `{content}`"),
+                    })
+                }
+                // git strips the first component of these paths whatever it
+                // is: a header without the a/ and b/ prefixes names other files
+                // than it seems to.
+                Some((a, b)) if !a.starts_with("a/") || !b.starts_with("b/") => {
+                    return Err(DiffError {
+                        line: i + 1,
+                        reason: format!(
+                            "a `diff --git` header without the a/ and b/ prefixes: `{content}`"
+                        ),
+                    })
+                }
+                Some(_) => {}
             }
             section.raw.push_str(line);
             current = Some(section);
@@ -470,16 +620,27 @@ pub fn parse_patch(text: &str) -> Result<PatchSet, DiffError> {
             continue;
         } else if section.git && section.hunks.is_empty() && section.old_header.is_none() {
             section.raw.push_str(line);
+            let mode = |m: &str| -> Result<String, DiffError> {
+                match parse_mode(m) {
+                    Some(v) if matches!(v & MODE_TYPE, MODE_REGULAR | MODE_SYMLINK | MODE_GITLINK) => {
+                        Ok(format!("{v:06o}"))
+                    }
+                    _ => Err(DiffError {
+                        line: i + 1,
+                        reason: format!("an unsupported file mode `{}`", m.trim()),
+                    }),
+                }
+            };
             if let Some(m) = content.strip_prefix("new file mode ") {
                 section.new_file = true;
-                section.new_mode = Some(m.trim().to_string());
+                section.new_mode = Some(mode(m)?);
             } else if let Some(m) = content.strip_prefix("deleted file mode ") {
                 section.deleted = true;
-                section.old_mode = Some(m.trim().to_string());
+                section.old_mode = Some(mode(m)?);
             } else if let Some(m) = content.strip_prefix("old mode ") {
-                section.old_mode = Some(m.trim().to_string());
+                section.old_mode = Some(mode(m)?);
             } else if let Some(m) = content.strip_prefix("new mode ") {
-                section.new_mode = Some(m.trim().to_string());
+                section.new_mode = Some(mode(m)?);
             } else if let Some(p) = content.strip_prefix("rename from ") {
                 section.rename_from = Some(unquote(p));
             } else if let Some(p) = content.strip_prefix("rename to ") {
@@ -490,22 +651,30 @@ pub fn parse_patch(text: &str) -> Result<PatchSet, DiffError> {
             } else if let Some(p) = content.strip_prefix("copy to ") {
                 section.copy = true;
                 section.rename_to = Some(unquote(p));
-            } else if content.starts_with("GIT binary patch")
-                || content.starts_with("Binary files ")
-            {
+            } else if content.starts_with("Binary files ") {
+                // "Binary files a and b differ": no content; git refuses to
+                // apply it, and nothing may follow in this section.
                 section.binary = true;
-                // A binary patch body runs until the next section.
                 i += 1;
-                while i < lines.len() && !lines[i].starts_with("diff --git ") {
-                    section.raw.push_str(lines[i]);
-                    i += 1;
+                if let Some(line) = lines.get(i).filter(|l| !l.starts_with("diff --git ")) {
+                    if !line.trim().is_empty() {
+                        return Err(DiffError {
+                            line: i + 1,
+                            reason: "text after a binary section".into(),
+                        });
+                    }
                 }
+                continue;
+            } else if content.starts_with("GIT binary patch") {
+                section.binary = true;
+                i = binary_body(&lines, i + 1, section, limits, &mut binary_total)?;
                 continue;
             } else if let Some(m) = content.strip_prefix("index ") {
                 // `index abc..def 100644` carries the mode of an unchanged-mode file.
-                if let Some(mode) = m.split_whitespace().nth(1) {
-                    section.old_mode.get_or_insert_with(|| mode.to_string());
-                    section.new_mode.get_or_insert_with(|| mode.to_string());
+                if let Some(m) = m.split_whitespace().nth(1) {
+                    let m = mode(m)?;
+                    section.old_mode.get_or_insert_with(|| m.clone());
+                    section.new_mode.get_or_insert_with(|| m);
                 }
             }
         } else {
@@ -719,6 +888,43 @@ mod tests {
         let set = parse_patch(p).unwrap();
         assert_eq!(set.files.len(), 1);
         assert_eq!(set.files[0].new_path.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn a_git_header_without_prefixes_is_refused() {
+        let p = "diff --git src/conftest.py src/conftest.py\n--- src/conftest.py\n+++ src/conftest.py\n@@ -1 +1 @@\n-a\n+b\n";
+        let err = parse_patch(p).unwrap_err();
+        assert!(err.reason.contains("prefixes"), "{err}");
+    }
+
+    #[test]
+    fn nothing_may_hide_behind_a_binary_section() {
+        let binary = "diff --git a/src/b.bin b/src/b.bin\nnew file mode 100644\nindex 0000000..8352675\nGIT binary patch\nliteral 3\nKcmZQzWC8#H2LJ>B\n\nliteral 0\nHcmV?d00001\n\n";
+        let set = parse_patch(binary).unwrap();
+        assert!(set.files[0].binary);
+        let smuggled = format!("{binary}--- a/conftest.py\n+++ b/conftest.py\n@@ -1 +1 @@\n-a\n+b\n");
+        let err = parse_patch(&smuggled).unwrap_err();
+        assert!(err.reason.contains("after a binary section"), "{err}");
+        let next = format!("{binary}diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+        assert_eq!(parse_patch(&next).unwrap().files.len(), 2);
+    }
+
+    #[test]
+    fn huge_binary_literals_are_refused_before_anything_expands_them() {
+        let p = "diff --git a/src/z.bin b/src/z.bin\nnew file mode 100644\nGIT binary patch\nliteral 1073741824\nKcmZQzWC8#H2LJ>B\n\n";
+        let err = parse_patch(p).unwrap_err();
+        assert!(err.reason.contains("over the limit"), "{err}");
+    }
+
+    #[test]
+    fn modes_are_read_as_octal_numbers() {
+        for (mode, link) in [("120000", true), ("0120000", true), ("120000 ", true), ("160000", true), ("100644", false), ("0100755", false)] {
+            let p = format!("diff --git a/l b/l\nnew file mode {mode}\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+x\n");
+            let set = parse_patch(&p).unwrap();
+            assert_eq!(set.files[0].involves_symlink(), link, "{mode}");
+        }
+        let p = "diff --git a/l b/l\nnew file mode 140000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+x\n";
+        assert!(parse_patch(p).unwrap_err().reason.contains("mode"));
     }
 
     #[test]
