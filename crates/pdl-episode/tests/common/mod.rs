@@ -49,7 +49,7 @@ impl Answer {
     /// The SSE data payloads, parsed; `[DONE]` as the string "[DONE]".
     pub fn events(&self) -> Vec<Value> {
         let mut parser = SseParser::new();
-        let mut events = parser.push(&self.body);
+        let mut events = parser.push(&self.body).expect("events within the bound");
         events.extend(parser.finish());
         events
             .into_iter()
@@ -63,6 +63,7 @@ impl Answer {
         let mut parser = SseParser::new();
         parser
             .push(&self.body)
+            .expect("events within the bound")
             .into_iter()
             .filter_map(|e| e.event)
             .collect()
