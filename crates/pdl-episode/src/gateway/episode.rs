@@ -510,6 +510,13 @@ impl EpisodeHandle {
             .map(str::to_string)
     }
 
+    /// Waits at most `limit` until no exchange is in flight: every call made so
+    /// far is settled and its trajectory line written. True when none is left.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        self.episode.wait_idle(limit);
+        self.episode.lock_counters().in_flight == 0
+    }
+
     /// Revokes the token (further calls get 401), waits a few seconds at most for
     /// exchanges in flight to be settled and written, and returns the final usage.
     pub fn close(self) -> Usage {

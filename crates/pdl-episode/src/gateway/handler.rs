@@ -168,6 +168,8 @@ fn unauthorized(api: ApiKind, presented: bool) -> Response {
 
 /// A request body read up to a limit.
 struct ReadBody {
+    /// The rest of the body, when reading stopped at the limit.
+    rest: Option<Body>,
     bytes: Bytes,
     /// The body ended within the limit.
     complete: bool,
@@ -185,6 +187,7 @@ async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => {
                 return ReadBody {
+                    rest: None,
                     bytes: buf.freeze(),
                     complete: false,
                     error: Some(format!(
@@ -195,6 +198,7 @@ async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
             }
             Ok(None) => {
                 return ReadBody {
+                    rest: None,
                     bytes: buf.freeze(),
                     complete: true,
                     error: None,
@@ -202,6 +206,7 @@ async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
             }
             Ok(Some(Err(e))) => {
                 return ReadBody {
+                    rest: None,
                     bytes: buf.freeze(),
                     complete: false,
                     error: Some(format!("the request body broke off: {e}")),
@@ -214,11 +219,28 @@ async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
             buf.extend_from_slice(&data[..data.len().min(room)]);
             if buf.len() > limit {
                 return ReadBody {
+                    rest: Some(body),
                     bytes: buf.freeze(),
                     complete: false,
                     error: None,
                 };
             }
+        }
+    }
+}
+
+/// Reads and discards what is left of a body, at most `limit` bytes within
+/// `timeout`, so that the client gets the answer instead of a reset connection.
+async fn drain(rest: Option<Body>, limit: usize, timeout: Duration) {
+    let Some(mut body) = rest else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut seen = 0usize;
+    while seen <= limit {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => seen += frame.data_ref().map_or(0, |d| d.len()),
+            _ => return,
         }
     }
 }
@@ -263,6 +285,7 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
     };
     if let Some((status, kind, message)) = early {
         let head = read_body(body, BODY_HEAD_BYTES, limits.body_read_timeout).await;
+        drain(head.rest, limits.max_request_bytes, limits.body_read_timeout).await;
         return refusal
             .refuse(status, kind, message, &head.bytes, head.complete)
             .await;
@@ -283,6 +306,7 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
             .await;
     }
     if !read.complete {
+        drain(read.rest, limits.max_request_bytes, limits.body_read_timeout).await;
         let (status, kind, message) = if limit == limits.max_request_bytes {
             (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -295,7 +319,7 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
         } else {
             (
                 StatusCode::BAD_REQUEST,
-                ErrorKind::BudgetExhausted,
+                ErrorKind::BudgetTooSmall,
                 format!(
                     "token budget exhausted: the request body is over {limit} bytes and only {} \
                      of the {} tokens are left; send a shorter request",
@@ -367,15 +391,19 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
     let reservation = match episode.reserve(ask) {
         Ok(reservation) => reservation,
         Err(budget) => {
-            let status = match budget {
-                BudgetRefusal::Exhausted { .. } => StatusCode::UNAUTHORIZED,
-                BudgetRefusal::InputTooLarge { .. } => StatusCode::BAD_REQUEST,
+            let (status, kind) = match budget {
+                BudgetRefusal::Exhausted { .. } => {
+                    (StatusCode::UNAUTHORIZED, ErrorKind::BudgetExhausted)
+                }
+                BudgetRefusal::InputTooLarge { .. } => {
+                    (StatusCode::BAD_REQUEST, ErrorKind::BudgetTooSmall)
+                }
             };
             let bytes = serde_json::to_vec(&vetted.body).unwrap_or_default();
             return refusal
                 .refuse(
                     status,
-                    ErrorKind::BudgetExhausted,
+                    kind,
                     budget.message(),
                     &bytes,
                     true,
@@ -656,17 +684,18 @@ async fn pump(
     }
     // Dropping the body closes the upstream connection if the stream is unfinished.
     drop(body);
-    drop(tx);
     let response = json!({ "stream": payloads });
     if client_gone || broke_off {
         let error = upstream_error
             .unwrap_or_else(|| "the client went away before the stream ended".to_string());
         exchange.abandon(status, response, broke_off, error);
-        return;
+    } else {
+        let metered = meter.finish(&prepared.body);
+        let failed = upstream_error.is_some();
+        exchange.finish(status, response, metered, failed, upstream_error);
     }
-    let metered = meter.finish(&prepared.body);
-    let failed = upstream_error.is_some();
-    exchange.finish(status, response, metered, failed, upstream_error);
+    // The client sees the end of the stream once the call is settled.
+    drop(tx);
 }
 
 /// A call the gateway answers by itself, before anything is reserved.
