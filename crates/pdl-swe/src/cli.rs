@@ -245,6 +245,13 @@ pub struct RunCampaignArgs {
     /// Keep every episode's final workspace under RUN_DIR/workspaces/.
     #[arg(long)]
     pub keep_workspaces: bool,
+    /// Let agents use this provider-side tool (repeatable): `web_search`,
+    /// `web_fetch`, `mcp`, `code_execution`, `remote_media` (images by URL), or a
+    /// tool type such as `web_search_20250305`. Without it the gateway refuses
+    /// every request that switches one on: such tools reach the network or
+    /// outside information from the provider's side of the sandbox.
+    #[arg(long = "allow-provider-tool", value_name = "NAME")]
+    pub allow_provider_tools: Vec<String>,
     #[command(flatten)]
     pub dataset: DatasetArgs,
     #[command(flatten)]

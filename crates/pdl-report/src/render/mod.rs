@@ -32,8 +32,8 @@ pub const HTML_FILE: &str = "index.html";
 /// needed), with links relative to `out_dir`. Each file is written to a temporary
 /// name and renamed into place. Returns the paths written.
 pub fn write_all(report: &RunReport, out_dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
-    std::fs::create_dir_all(out_dir)
-        .map_err(|e| ReportError::new(out_dir, ReportErrorKind::Write(e)))?;
+    let dir = pdl_fs::Dir::create(out_dir)
+        .map_err(|e| ReportError::new(out_dir, ReportErrorKind::Write(e.into())))?;
     let prefix = prefix_from(out_dir, &report.run_dir);
     let mut json = serde_json::to_string_pretty(&to_json(report))
         .map_err(|e| ReportError::new(out_dir.join(JSON_FILE), ReportErrorKind::Write(e.into())))?;
@@ -45,11 +45,11 @@ pub fn write_all(report: &RunReport, out_dir: &Path) -> Result<Vec<PathBuf>, Rep
     ];
     let mut written = Vec::new();
     for (name, content) in files {
+        // Written beside and renamed over: a link planted at the name is
+        // replaced, never followed.
         let path = out_dir.join(name);
-        let tmp = out_dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, content)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| ReportError::new(&path, ReportErrorKind::Write(e)))?;
+        dir.write_atomic(Path::new(name), content.as_bytes())
+            .map_err(|e| ReportError::new(&path, ReportErrorKind::Write(e.into())))?;
         written.push(path);
     }
     Ok(written)

@@ -84,6 +84,19 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         wall_time: seconds(args.episode_timeout, "--episode-timeout")?,
         shell_timeout: seconds(args.shell_timeout, "--shell-timeout")?,
     };
+    let mut allowed_provider_tools = std::collections::BTreeSet::new();
+    for name in &args.allow_provider_tools {
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(ExitError::usage(anyhow::anyhow!(
+                "--allow-provider-tool takes a tool name such as `web_search`, not `{name}`"
+            )));
+        }
+        allowed_provider_tools.insert(name.clone());
+    }
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     report_load_errors(&ds.errors);
@@ -98,6 +111,7 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         limits,
         keep_workspaces: args.keep_workspaces,
         dataset: ds.source.clone(),
+        allowed_provider_tools,
     };
     let mut bar = None;
     let outcome = run_campaign(
@@ -128,6 +142,10 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
                     b.set_message(format!("{} {:.3}", record.instance_id, record.reward));
                 }
             }
+            CampaignEvent::Warning(message) => match &bar {
+                Some(b) => b.println(format!("warning: {message}")),
+                None => eprintln!("warning: {message}"),
+            },
         },
     )
     .context("the campaign could not run")?;
