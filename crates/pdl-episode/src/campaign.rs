@@ -460,15 +460,33 @@ fn write_campaign_json(
     grader: &Grader,
 ) -> Result<(), pdl_fs::FsError> {
     let name = Path::new("campaign.json");
-    let started_at = dir
+    let earlier = dir
         .read(name, 16 << 20)?
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let started_at = earlier
+        .as_ref()
         .and_then(|v| {
             v.get("started_at")
                 .and_then(Value::as_str)
                 .map(str::to_string)
         })
         .unwrap_or_else(now);
+    // Every episode any start of the campaign planned: the report counts no
+    // other episode record.
+    let mut keys: BTreeSet<String> = earlier
+        .as_ref()
+        .and_then(|v| v.get("episode_keys")?.as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|k| k.as_str().map(str::to_string))
+        .collect();
+    for task in tasks {
+        for agent in &settings.agents {
+            for sample in 0..settings.samples {
+                keys.insert(episode_key(task, agent, &settings.model, sample));
+            }
+        }
+    }
     let value = json!({
         "started_at": started_at,
         "resumed_at": now(),
@@ -482,6 +500,7 @@ fn write_campaign_json(
         "tasks": tasks.iter().map(|t| t.row.instance_id.clone()).collect::<Vec<_>>(),
         "tiers": tasks.iter().map(|t| (t.row.instance_id.clone(), t.row.tier.clone())).collect::<BTreeMap<_, _>>(),
         "allowed_provider_tools": settings.allowed_provider_tools,
+        "episode_keys": keys,
         "settings": {
             "parallelism": settings.parallelism,
             "max_steps": settings.limits.max_steps,
@@ -804,6 +823,10 @@ impl EpisodeContext<'_> {
         episode["tokens_out"] = json!(usage.output_tokens);
         episode["calls"] = json!(usage.calls);
         episode["refused_calls"] = json!(usage.refused_calls);
+        episode["budget_refusals"] = json!(usage.budget_refusals);
+        episode["unrecorded_refusals"] = json!(usage.unrecorded_refusals);
+        episode["abandoned_calls"] = json!(usage.abandoned_calls);
+        episode["overrun_tokens"] = json!(usage.overrun_tokens);
         episode["end_reason"] = json!(end_reason.name());
         episode["steps"] = json!(run.steps);
         episode["wall_s"] = json!(run.wall_s);

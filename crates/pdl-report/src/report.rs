@@ -13,8 +13,9 @@
 //! - `reruns` counts the runs an episode needed beyond its first: earlier records
 //!   with its key in the file (replaced by the later one, never counted twice)
 //!   or the earlier outcomes its record carries (`episode.previous_outcomes`);
-//! - a record whose reward or components are not finite numbers in [0, 1] is
-//!   skipped with a warning;
+//! - a record whose reward or components are not finite numbers in [0, 1], or
+//!   an episode record whose key is not in `campaign.json`'s `episode_keys`
+//!   (when it has them), is skipped with a warning;
 //! - `mean_reward` is the mean of the remaining (`scored`) episode rewards, pooled
 //!   over tasks for tiers and overall, with the 95% interval of
 //!   [`crate::stats::mean_ci`] over the same episodes.
@@ -136,7 +137,8 @@ pub struct RecordCounts {
     /// Other records (rungs), not reported.
     pub ignored_records: usize,
     /// Records skipped because their reward or components are not numbers in
-    /// [0, 1] (each has a warning).
+    /// [0, 1], or because they are episodes `campaign.json` does not list
+    /// (each has a warning).
     pub implausible: usize,
     /// tasks × agents × samples, when `campaign.json` gives all three.
     pub expected_episodes: Option<usize>,
@@ -576,8 +578,28 @@ fn build(
     let mut earliest_start: Option<String> = None;
     let mut harness_version: Option<String> = None;
 
+    // The episodes campaign.json says the campaign planned, when it says.
+    let planned: Option<BTreeSet<&str>> = campaign_json
+        .and_then(|c| c.get("episode_keys"))
+        .and_then(Value::as_array)
+        .map(|keys| keys.iter().filter_map(Value::as_str).collect());
     for LineRecord { line, record } in records {
-        if let Some(problem) = implausible(&record) {
+        let problem = implausible(&record).or_else(|| {
+            let planned = planned.as_ref()?;
+            if record.kind != SubmissionKind::Episode {
+                return None;
+            }
+            let key = record
+                .episode
+                .as_ref()
+                .and_then(|e| e.get("key"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            (!planned.contains(key)).then(|| {
+                format!("its key `{key}` is not one of the campaign's episodes (campaign.json)")
+            })
+        });
+        if let Some(problem) = problem {
             counts.implausible += 1;
             warnings.push(Warning::new(
                 RESULTS_FILE,

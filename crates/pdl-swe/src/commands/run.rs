@@ -7,7 +7,6 @@ use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
 use pdl_episode::campaign::{run_campaign, AgentSpec, CampaignEvent, CampaignSettings};
 use pdl_episode::{ApiKind, UpstreamConfig};
-use pdl_grader::Verdict;
 
 use crate::cli::{ApiChoice, Format, RunCampaignArgs};
 use crate::commands::{report_load_errors, select};
@@ -172,10 +171,9 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
             );
         }
     }
-    let harness_errors = outcome
-        .records
-        .iter()
-        .any(|r| r.verdict == Verdict::HarnessError);
+    // Counted after de-duplication: a harness error run again is replaced by
+    // its later record.
+    let harness_errors = report.counts.harness_errors > 0;
     Ok(if harness_errors {
         exit::FAILURES
     } else {
