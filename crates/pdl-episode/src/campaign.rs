@@ -665,7 +665,9 @@ impl EpisodeContext<'_> {
             log: rel("logs", "log"),
         };
         let scratch = self.grader.work_root().join("episodes").join(&job.key);
-        let kept = PathBuf::from("workspaces").join(&task.row.task_id).join(&name);
+        let kept = PathBuf::from("workspaces")
+            .join(&task.row.task_id)
+            .join(&name);
         let workspace = if self.settings.keep_workspaces {
             self.settings.run_dir.join(&kept)
         } else {
@@ -699,9 +701,8 @@ impl EpisodeContext<'_> {
         } else {
             Ok(())
         };
-        let result = kept_ok.and_then(|()| {
-            self.episode(job, &paths, &scratch, &workspace, &mut episode)
-        });
+        let result =
+            kept_ok.and_then(|()| self.episode(job, &paths, &scratch, &workspace, &mut episode));
         let mut record = match result {
             Ok(record) => record,
             Err(message) => harness_error_record(task, job, &self.settings.model, message),

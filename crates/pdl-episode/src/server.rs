@@ -256,7 +256,9 @@ async fn serve<L: Accept>(
         });
     }
     // Stopping: wait for the connections still finishing their responses.
-    let _ = slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)).await;
+    let _ = slots
+        .acquire_many(u32::try_from(max).unwrap_or(u32::MAX))
+        .await;
 }
 
 /// A listener whose connections are served.

@@ -406,7 +406,9 @@ fn anthropic_budget_refusals_use_the_anthropic_error_format() {
     let refused = stack.anthropic(small.token(), &too_big);
     assert_eq!(refused.status, 400, "{}", refused.text());
     assert_eq!(refused.json()["error"]["type"], "invalid_request_error");
-    assert!(refused.error_message().starts_with("token budget exhausted: "));
+    assert!(refused
+        .error_message()
+        .starts_with("token budget exhausted: "));
     assert!(small.budget_exhausted());
     assert_eq!(small.usage().calls, 0);
 }
@@ -434,7 +436,10 @@ fn the_output_cap_is_what_is_left_after_the_input_bound() {
     stack.openai(episode.token(), &second);
     episode.close();
     let lines = trajectory(&stack.trajectory_path("clamp"));
-    assert_eq!(lines[0]["request"]["max_tokens"], 1000 - input_bound(&first));
+    assert_eq!(
+        lines[0]["request"]["max_tokens"],
+        1000 - input_bound(&first)
+    );
     assert_eq!(lines[0]["usage"]["reserved"], 1000);
     assert_eq!(
         lines[1]["request"]["max_completion_tokens"],
@@ -1039,7 +1044,8 @@ fn a_client_that_goes_away_mid_stream_is_charged_its_whole_reservation() {
         let request = axum::http::Request::post(url)
             .header("authorization", token)
             .body(Full::new(bytes::Bytes::from(
-                json!({"model": "m", "max_tokens": 4000, "stream": true, "messages": [user("x")]}).to_string(),
+                json!({"model": "m", "max_tokens": 4000, "stream": true, "messages": [user("x")]})
+                    .to_string(),
             )))
             .unwrap();
         let response = client.request(request).await.unwrap();
@@ -1062,7 +1068,6 @@ fn a_client_that_goes_away_mid_stream_is_charged_its_whole_reservation() {
     assert_eq!(line["usage"]["reserved"], usage.total_tokens());
     assert_eq!(line["request"]["max_tokens"], 4000);
 }
-
 
 /// A TLS model server with the fixture certificate (for `localhost` and
 /// `127.0.0.1`, issued by the fixture CA) that answers every request with a

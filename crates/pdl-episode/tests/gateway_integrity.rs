@@ -71,8 +71,11 @@ impl Setup {
         for (k, v) in extra.as_object().unwrap() {
             body[k] = v.clone();
         }
-        self.http
-            .post(&self.url(ApiKind::OpenAi), &[("authorization", &bearer(token))], &body)
+        self.http.post(
+            &self.url(ApiKind::OpenAi),
+            &[("authorization", &bearer(token))],
+            &body,
+        )
     }
 }
 
@@ -131,7 +134,10 @@ fn forty_concurrent_calls_with_a_slow_upstream_stay_within_the_budget() {
     assert_within(&usage, BUDGET);
     let ok = statuses.iter().filter(|s| **s == 200).count();
     assert!(ok >= 1 && ok < 40, "{statuses:?}");
-    assert!(statuses.iter().all(|s| [200, 400, 401].contains(s)), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [200, 400, 401].contains(s)),
+        "{statuses:?}"
+    );
     // What the upstream was allowed to produce, plus the input it billed, fits
     // in the budget: the calls in flight never shared the same remainder.
     let received = setup.upstream.received();
@@ -141,7 +147,13 @@ fn forty_concurrent_calls_with_a_slow_upstream_stay_within_the_budget() {
         .map(|r| allowed_output(&r.body) + (r.bytes / 4) as u64)
         .sum();
     assert!(allowed <= BUDGET, "{allowed}");
-    assert!(setup.upstream.peak_concurrency.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    assert!(
+        setup
+            .upstream
+            .peak_concurrency
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 1
+    );
 }
 
 #[test]
@@ -149,7 +161,12 @@ fn an_input_larger_than_what_is_left_is_refused_before_it_goes_upstream() {
     // Report finding #3 (agents/input.py): spend nearly all, then a huge prompt.
     let setup = Setup::new(ApiKind::OpenAi, Duration::ZERO);
     let episode = setup.episode("input", 250_000);
-    assert_eq!(setup.chat(episode.token(), json!({"max_tokens": 249_700})).status, 200);
+    assert_eq!(
+        setup
+            .chat(episode.token(), json!({"max_tokens": 249_700}))
+            .status,
+        200
+    );
     let left = 250_000 - episode.usage().total_tokens();
     assert!(left > 0 && left < 400, "{left}");
     let huge = "X".repeat(4 << 20);
@@ -161,7 +178,11 @@ fn an_input_larger_than_what_is_left_is_refused_before_it_goes_upstream() {
     assert!(answer.error_message().starts_with("token budget exhausted"));
     let usage = episode.close();
     assert_within(&usage, 250_000);
-    assert_eq!(setup.upstream.received().len(), 1, "the huge prompt never went upstream");
+    assert_eq!(
+        setup.upstream.received().len(),
+        1,
+        "the huge prompt never went upstream"
+    );
     // The refusal kept a digest and a head of the body, not the body.
     let size = std::fs::metadata(setup.path("input")).unwrap().len();
     assert!(size < 64 << 10, "{size} bytes of trajectory");
@@ -187,7 +208,10 @@ fn caps_that_are_not_integers_are_refused_and_never_forwarded() {
     ] {
         let answer = setup.chat(episode.token(), extra.clone());
         assert_eq!(answer.status, 400, "{extra}: {}", answer.text());
-        assert!(answer.error_message().starts_with("invalid request: "), "{extra}");
+        assert!(
+            answer.error_message().starts_with("invalid request: "),
+            "{extra}"
+        );
     }
     // An integer n divides the cap.
     let answer = setup.chat(episode.token(), json!({"max_tokens": 200_000, "n": 8}));
@@ -224,7 +248,10 @@ fn the_campaigns_model_is_sent_and_unlisted_fields_headers_and_tools_are_not() {
         &setup.url(ApiKind::OpenAi),
         &[
             ("authorization", &bearer(episode.token())),
-            ("anthropic-beta", "mcp-client-2025-04-04,context-1m-2025-08-07"),
+            (
+                "anthropic-beta",
+                "mcp-client-2025-04-04,context-1m-2025-08-07",
+            ),
             ("accept", "text/html"),
             ("x-forwarded-for", "1.2.3.4"),
             ("openai-organization", "org-evil"),
@@ -241,7 +268,12 @@ fn the_campaigns_model_is_sent_and_unlisted_fields_headers_and_tools_are_not() {
     ] {
         let refused = setup.chat(episode.token(), extra.clone());
         assert_eq!(refused.status, 400, "{extra}");
-        assert!(refused.error_message().starts_with("refused by the campaign: "), "{extra}");
+        assert!(
+            refused
+                .error_message()
+                .starts_with("refused by the campaign: "),
+            "{extra}"
+        );
     }
     let usage = episode.close();
     assert_within(&usage, 250_000);
@@ -249,9 +281,20 @@ fn the_campaigns_model_is_sent_and_unlisted_fields_headers_and_tools_are_not() {
     assert_eq!(received.len(), 1);
     let sent = &received[0];
     assert_eq!(sent.body["model"], MODEL);
-    let fields: Vec<&str> = sent.body.as_object().unwrap().keys().map(String::as_str).collect();
+    let fields: Vec<&str> = sent
+        .body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(fields, ["max_tokens", "messages", "model"]);
-    for name in ["anthropic-beta", "accept", "x-forwarded-for", "openai-organization"] {
+    for name in [
+        "anthropic-beta",
+        "accept",
+        "x-forwarded-for",
+        "openai-organization",
+    ] {
         assert!(sent.headers.get(name).is_none(), "{name} was forwarded");
     }
     assert_eq!(
@@ -266,7 +309,12 @@ fn the_campaigns_model_is_sent_and_unlisted_fields_headers_and_tools_are_not() {
         json!(["metadata", "service_tier", "store", "user"])
     );
     let headers = line["dropped"]["headers"].to_string();
-    for name in ["accept", "anthropic-beta", "openai-organization", "x-forwarded-for"] {
+    for name in [
+        "accept",
+        "anthropic-beta",
+        "openai-organization",
+        "x-forwarded-for",
+    ] {
         assert!(headers.contains(name), "{headers}");
     }
     // The answer says which model it came from: the campaign's.
@@ -332,8 +380,14 @@ fn a_call_the_client_abandons_is_charged_its_whole_reservation() {
     let line = &trajectory(&setup.path("abandon"))[0];
     assert_eq!(line["abandoned"], true);
     assert_eq!(line["usage"]["output_tokens"], 4000);
-    assert_eq!(usage.total_tokens(), line["usage"]["reserved"].as_u64().unwrap());
-    assert!(usage.output_tokens >= 4000, "charged the whole cap: {usage:?}");
+    assert_eq!(
+        usage.total_tokens(),
+        line["usage"]["reserved"].as_u64().unwrap()
+    );
+    assert!(
+        usage.output_tokens >= 4000,
+        "charged the whole cap: {usage:?}"
+    );
 }
 
 #[test]
@@ -341,7 +395,12 @@ fn refused_bodies_are_kept_as_digests_and_refusals_are_rate_limited() {
     // Report finding #8 (budget.py §h, memgw.py): big bodies after the budget.
     let setup = Setup::new(ApiKind::OpenAi, Duration::ZERO);
     let episode = setup.episode("bloat", 1_000);
-    assert_eq!(setup.chat(episode.token(), json!({"max_tokens": 900})).status, 200);
+    assert_eq!(
+        setup
+            .chat(episode.token(), json!({"max_tokens": 900}))
+            .status,
+        200
+    );
     let pad = "A".repeat(2 << 20);
     let started = Instant::now();
     for _ in 0..5 {
@@ -384,7 +443,10 @@ fn refused_bodies_are_kept_as_digests_and_refusals_are_rate_limited() {
         assert!(request["head"].as_str().unwrap().len() <= 4096);
         assert_eq!(request["sha256"].as_str().unwrap().len(), 64);
     }
-    assert!(started.elapsed() >= Duration::from_secs(1), "refusals beyond the burst are held");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "refusals beyond the burst are held"
+    );
 }
 
 #[test]
@@ -401,7 +463,9 @@ fn bodies_larger_than_the_limit_are_refused_before_they_are_parsed() {
         &big,
     );
     assert_eq!(answer.status, 413, "{}", answer.text());
-    assert!(answer.error_message().contains("larger than the gateway accepts"));
+    assert!(answer
+        .error_message()
+        .contains("larger than the gateway accepts"));
     episode.close();
     assert!(setup.upstream.received().is_empty());
     let line = &trajectory(&setup.path("limit"))[0];
@@ -419,12 +483,16 @@ fn slow_headers_are_cut_off_and_connections_are_limited() {
     });
     // A client that never finishes its headers is disconnected.
     let mut slow = TcpStream::connect(setup.gateway.tcp_addr()).unwrap();
-    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n").unwrap();
+    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n")
+        .unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let started = Instant::now();
     let mut buf = Vec::new();
     let _ = slow.read_to_end(&mut buf);
-    assert!(started.elapsed() < Duration::from_secs(3), "the connection stayed open");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the connection stayed open"
+    );
     // Two idle connections fill the listener; a third waits until one closes.
     let a = TcpStream::connect(setup.gateway.tcp_addr()).unwrap();
     let _b = TcpStream::connect(setup.gateway.tcp_addr()).unwrap();
@@ -441,7 +509,10 @@ fn slow_headers_are_cut_off_and_connections_are_limited() {
     drop(a);
     let (status, waited) = third.join().unwrap();
     assert_eq!(status, 401);
-    assert!(waited >= Duration::from_millis(80), "served at once: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(80),
+        "served at once: {waited:?}"
+    );
 }
 
 #[test]

@@ -281,7 +281,11 @@ mod record_log_tests {
     fn a_symlinked_log_is_refused_and_its_target_untouched() {
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim.txt");
-        std::fs::write(&victim, "important line 1\nimportant line 2 without newline").unwrap();
+        std::fs::write(
+            &victim,
+            "important line 1\nimportant line 2 without newline",
+        )
+        .unwrap();
         let path = dir.path().join("results.jsonl");
         std::os::unix::fs::symlink(&victim, &path).unwrap();
         let err = RecordLog::open(&path).err().unwrap();
@@ -302,7 +306,9 @@ mod record_log_tests {
         assert!(log.existing().is_empty());
         let lines: Vec<usize> = log.skipped().iter().map(|s| s.line).collect();
         assert_eq!(lines, [1, 3]);
-        assert!(log.skipped()[0].to_string().starts_with("line 1: not a result record"));
+        assert!(log.skipped()[0]
+            .to_string()
+            .starts_with("line 1: not a result record"));
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "not a record\n\n{\"x\": 1}\n"

@@ -94,9 +94,17 @@ const MAX_RESULTS_BYTES: u64 = 4 << 30;
 
 /// Reads a file of the run folder without following a link; a missing file is
 /// `None`, a link or anything but a regular file is an error naming it.
-fn read_optional(dir: &pdl_fs::Dir, name: &str, limit: u64) -> Result<Option<Vec<u8>>, ReportError> {
-    dir.read(Path::new(name), limit)
-        .map_err(|e| ReportError::new(dir.display_path(Path::new(name)), ReportErrorKind::Read(e.into())))
+fn read_optional(
+    dir: &pdl_fs::Dir,
+    name: &str,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, ReportError> {
+    dir.read(Path::new(name), limit).map_err(|e| {
+        ReportError::new(
+            dir.display_path(Path::new(name)),
+            ReportErrorKind::Read(e.into()),
+        )
+    })
 }
 
 /// Parses the lines of `results.jsonl` into `loaded`.

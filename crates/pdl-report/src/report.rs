@@ -1358,7 +1358,9 @@ mod tests {
         assert_eq!(r.counts.implausible, 2);
         assert_eq!(r.episodes.len(), 1);
         assert_eq!(r.overall[0].stats.mean_reward, Some(0.2));
-        assert!(r.warnings[0].message.contains("reward 5 is not a number in [0, 1]"));
+        assert!(r.warnings[0]
+            .message
+            .contains("reward 5 is not a number in [0, 1]"));
         assert!(r.warnings[1].message.contains("build_health"));
     }
 }

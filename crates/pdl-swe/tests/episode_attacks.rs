@@ -202,7 +202,11 @@ fn hostile_agents_stay_within_the_budget_and_the_campaigns_model_and_features() 
     for e in &eps {
         let ep = &e["episode"];
         let total = ep["tokens_in"].as_u64().unwrap() + ep["tokens_out"].as_u64().unwrap();
-        assert!(total <= BUDGET, "{}: {total} tokens of {BUDGET}", ep["agent"]);
+        assert!(
+            total <= BUDGET,
+            "{}: {total} tokens of {BUDGET}",
+            ep["agent"]
+        );
         assert_eq!(ep["overrun_tokens"], 0, "{ep}");
         assert_eq!(ep["model"], MODEL);
     }
@@ -215,7 +219,10 @@ fn hostile_agents_stay_within_the_budget_and_the_campaigns_model_and_features() 
         let body = r["body"].as_object().unwrap();
         assert_eq!(body["model"], MODEL, "{r}");
         for field in body.keys() {
-            assert!(OPENAI_FIELDS.contains(&field.as_str()), "{field} was forwarded");
+            assert!(
+                OPENAI_FIELDS.contains(&field.as_str()),
+                "{field} was forwarded"
+            );
         }
         assert!(body.get("tools").is_none(), "{r}");
         let headers: BTreeSet<String> = r["headers"]
@@ -256,24 +263,35 @@ fn hostile_agents_stay_within_the_budget_and_the_campaigns_model_and_features() 
 
     // Findings #4, #5, #6: odd caps and provider tools never went upstream;
     // the model swap went with the campaign's model and no account fields.
-    assert!(of("features-").iter().all(|r| r["body"]["messages"][0]["content"] == "features-swap"));
+    assert!(of("features-")
+        .iter()
+        .all(|r| r["body"]["messages"][0]["content"] == "features-swap"));
     assert_eq!(of("features-swap").len(), 1);
     let features_ep = &episode_of(&eps, "features.py")["episode"];
-    assert!(features_ep["refused_calls"].as_u64().unwrap() >= 9, "{features_ep}");
-    let trajectory = std::fs::read_to_string(out.join(features_ep["trajectory"].as_str().unwrap()))
-        .unwrap();
+    assert!(
+        features_ep["refused_calls"].as_u64().unwrap() >= 9,
+        "{features_ep}"
+    );
+    let trajectory =
+        std::fs::read_to_string(out.join(features_ep["trajectory"].as_str().unwrap())).unwrap();
     let swap = trajectory
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|l| l["refused"] == false)
         .unwrap();
     assert_eq!(swap["requested_model"], "o3-pro-EXPENSIVE");
-    assert_eq!(swap["dropped"]["fields"], json!(["metadata", "service_tier", "store"]));
+    assert_eq!(
+        swap["dropped"]["fields"],
+        json!(["metadata", "service_tier", "store"])
+    );
 
     // Finding #7: calls the agent hung up on are charged their reservation.
     let abandon_ep = &episode_of(&eps, "abandon.py")["episode"];
     assert_eq!(abandon_ep["abandoned_calls"], 2, "{abandon_ep}");
-    assert!(abandon_ep["tokens_out"].as_u64().unwrap() >= 5_000, "{abandon_ep}");
+    assert!(
+        abandon_ep["tokens_out"].as_u64().unwrap() >= 5_000,
+        "{abandon_ep}"
+    );
 
     // Findings #8 and #10: big refused bodies are neither parsed nor stored.
     assert!(of("AAAA").is_empty() && of("BBBB").is_empty());
@@ -283,8 +301,14 @@ fn hostile_agents_stay_within_the_budget_and_the_campaigns_model_and_features() 
     let size = std::fs::metadata(out.join(bloat_ep["trajectory"].as_str().unwrap()))
         .unwrap()
         .len();
-    assert!(size < 256 << 10, "a {size}-byte trajectory for refused calls");
-    assert!(bloat_ep["refused_calls"].as_u64().unwrap() >= 7, "{bloat_ep}");
+    assert!(
+        size < 256 << 10,
+        "a {size}-byte trajectory for refused calls"
+    );
+    assert!(
+        bloat_ep["refused_calls"].as_u64().unwrap() >= 7,
+        "{bloat_ep}"
+    );
 
     // The real key reached only the upstream.
     for e in &eps {
@@ -336,7 +360,10 @@ fn a_symlinked_results_file_is_refused_and_its_target_left_untouched() {
     let run = pdl_swe(&run_args(&model.base_url(), &out, &["--agent-cmd", "true"]));
     let e = &episodes(&out)[0];
     assert_eq!(e["verdict"], "harness_error", "{}", text(&run));
-    assert!(e["detail"].as_str().unwrap().contains("trajectories"), "{e}");
+    assert!(
+        e["detail"].as_str().unwrap().contains("trajectories"),
+        "{e}"
+    );
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
 
@@ -350,7 +377,11 @@ fn forged_records_are_ignored_with_a_warning_on_resume() {
     let first = pdl_swe(&args);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first));
     let lines: Vec<Value> = records(&out);
-    let real = lines.iter().find(|r| r["kind"] == "episode").unwrap().clone();
+    let real = lines
+        .iter()
+        .find(|r| r["kind"] == "episode")
+        .unwrap()
+        .clone();
     assert_eq!(real["reward"], 0.2);
     // The episode's own record turned into reward 5.0, and a record with a
     // plausible reward but a key no episode of the campaign has.
@@ -374,9 +405,15 @@ fn forged_records_are_ignored_with_a_warning_on_resume() {
     let resumed = pdl_swe(&args);
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
     let stderr = String::from_utf8_lossy(&resumed.stderr);
-    assert!(stderr.contains("reward 5 is not a number in [0, 1]"), "{stderr}");
+    assert!(
+        stderr.contains("reward 5 is not a number in [0, 1]"),
+        "{stderr}"
+    );
     assert!(stderr.contains("is not the key of sample 0"), "{stderr}");
-    assert!(stderr.contains("line ") && stderr.contains("not a result record"), "{stderr}");
+    assert!(
+        stderr.contains("line ") && stderr.contains("not a result record"),
+        "{stderr}"
+    );
     // The episode ran again and the report shows its real reward.
     let eps = episodes(&out);
     assert_eq!(eps.len(), 3);
@@ -386,7 +423,10 @@ fn forged_records_are_ignored_with_a_warning_on_resume() {
     assert_eq!(report["overall"][0]["mean_reward"], 0.2, "{report}");
     let warnings = report["warnings"].to_string();
     assert!(warnings.contains("reward 5"), "{warnings}");
-    assert!(warnings.contains("is not one of the campaign's episodes"), "{warnings}");
+    assert!(
+        warnings.contains("is not one of the campaign's episodes"),
+        "{warnings}"
+    );
 }
 
 #[test]
@@ -435,9 +475,15 @@ fn only_harness_errors_are_run_again_and_reports_count_the_reruns() {
         serde_json::from_slice(&std::fs::read(out.join("report/report.json")).unwrap()).unwrap();
     let overall = &report["overall"][0];
     assert_eq!(overall["reruns"], 1, "{overall}");
-    assert_eq!(overall["episodes"], 2, "the later record replaces the earlier");
+    assert_eq!(
+        overall["episodes"], 2,
+        "the later record replaces the earlier"
+    );
     assert_eq!(overall["harness_errors"], 0);
-    assert_eq!(overall["mean_reward"], 0.1, "mean of 0.2 (re-run) and 0.0 (policy)");
+    assert_eq!(
+        overall["mean_reward"], 0.1,
+        "mean of 0.2 (re-run) and 0.0 (policy)"
+    );
     assert!(String::from_utf8_lossy(&resumed.stdout).contains("Re-runs"));
     let markdown = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     let html = std::fs::read_to_string(out.join("report/index.html")).unwrap();
@@ -452,10 +498,19 @@ fn the_builtin_file_tools_never_write_through_a_planted_link() {
     std::fs::create_dir(&outside).unwrap();
     let call = |name: &str, arguments: Value| json!({"tool_calls": [{"name": name, "arguments": arguments}]});
     let replies = json!([
-        call("run_shell", json!({"command": format!(
-            "ln -s {o}/planted.txt src/evil.py && ln -s {o} src/outdir", o = outside.display())})),
-        call("replace_in_file", json!({"path": "src/evil.py", "old_text": "", "new_text": "pwned\n"})),
-        call("replace_in_file", json!({"path": "src/outdir/new.py", "old_text": "", "new_text": "pwned\n"})),
+        call(
+            "run_shell",
+            json!({"command": format!(
+            "ln -s {o}/planted.txt src/evil.py && ln -s {o} src/outdir", o = outside.display())})
+        ),
+        call(
+            "replace_in_file",
+            json!({"path": "src/evil.py", "old_text": "", "new_text": "pwned\n"})
+        ),
+        call(
+            "replace_in_file",
+            json!({"path": "src/outdir/new.py", "old_text": "", "new_text": "pwned\n"})
+        ),
         call("view_file", json!({"path": "src/outdir"})),
         call("finish", json!({})),
     ]);
@@ -467,14 +522,26 @@ fn the_builtin_file_tools_never_write_through_a_planted_link() {
     let out = dir.path().join("run");
     let mut args = run_args(&model.base_url(), &out, &["--agent", "builtin"]);
     // The replay model answers whatever model the gateway names.
-    args.iter_mut().filter(|a| *a == MODEL).for_each(|a| *a = "replay".into());
+    args.iter_mut()
+        .filter(|a| *a == MODEL)
+        .for_each(|a| *a = "replay".into());
     let run = pdl_swe(&args);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
-    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "a tool wrote outside");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "a tool wrote outside"
+    );
     let e = &episodes(&out)[0];
     let trajectory =
         std::fs::read_to_string(out.join(e["episode"]["trajectory"].as_str().unwrap())).unwrap();
-    assert_eq!(trajectory.matches("is a symbolic link or passes through one").count() >= 3, true);
+    assert_eq!(
+        trajectory
+            .matches("is a symbolic link or passes through one")
+            .count()
+            >= 3,
+        true
+    );
     // The links themselves are a policy violation of the workspace.
     assert_eq!(e["verdict"], "policy_violation", "{e}");
 }

@@ -434,8 +434,11 @@ mod tests {
         std::fs::create_dir(&outside).unwrap();
         // What an agent can plant with run_shell: a dangling link to a host
         // path, and a link to a folder outside.
-        std::os::unix::fs::symlink(outside.join("planted.txt"), dir.path().join("ws/src/dangling"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            outside.join("planted.txt"),
+            dir.path().join("ws/src/dangling"),
+        )
+        .unwrap();
         std::os::unix::fs::symlink(&outside, dir.path().join("ws/src/out")).unwrap();
         let created = tb.replace("src/dangling", "", "pwned\n");
         assert!(created.contains("symbolic link"), "{created}");
@@ -448,7 +451,9 @@ mod tests {
         // The listing shows links for what they are.
         assert!(tb.view("src", None, None).contains("dangling@"));
         // Ordinary files still work, new folders included.
-        assert!(tb.replace("src/pkg/mod.py", "", "x = 1\n").contains("created"));
+        assert!(tb
+            .replace("src/pkg/mod.py", "", "x = 1\n")
+            .contains("created"));
         assert!(tb.view("src/pkg/mod.py", None, None).contains("x = 1"));
     }
 

@@ -290,7 +290,9 @@ impl Episode {
 
     fn settle(&self, reservation: &Reservation, settlement: Settlement) {
         let mut c = self.lock_counters();
-        c.reserved = c.reserved.saturating_sub(reservation.input + reservation.output);
+        c.reserved = c
+            .reserved
+            .saturating_sub(reservation.input + reservation.output);
         let usage = &mut c.usage;
         usage.calls += 1;
         let charged = match settlement {
@@ -314,8 +316,8 @@ impl Episode {
         };
         usage.input_tokens += charged.input;
         usage.output_tokens += charged.output;
-        usage.overrun_tokens += (charged.input + charged.output)
-            .saturating_sub(reservation.input + reservation.output);
+        usage.overrun_tokens +=
+            (charged.input + charged.output).saturating_sub(reservation.input + reservation.output);
     }
 
     fn usage(&self) -> Usage {
@@ -586,8 +588,12 @@ mod tests {
     fn closing_or_dropping_a_handle_revokes_its_token() {
         let dir = tempfile::tempdir().unwrap();
         let registry = registry();
-        let closed = registry.open(spec(dir.path(), "a", 10), None, None).unwrap();
-        let dropped = registry.open(spec(dir.path(), "b", 10), None, None).unwrap();
+        let closed = registry
+            .open(spec(dir.path(), "a", 10), None, None)
+            .unwrap();
+        let dropped = registry
+            .open(spec(dir.path(), "b", 10), None, None)
+            .unwrap();
         let (closed_token, dropped_token) =
             (closed.token().to_string(), dropped.token().to_string());
         assert!(registry.get(&closed_token).is_some());
@@ -628,7 +634,9 @@ mod tests {
     #[test]
     fn reservations_never_hold_more_than_the_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let handle = registry().open(spec(dir.path(), "r", 1000), None, None).unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "r", 1000), None, None)
+            .unwrap();
         let episode = handle.episode.clone();
         let first = episode.reserve(ask(100, Some(200_000), 1)).unwrap();
         assert_eq!((first.input, first.cap, first.output), (100, 900, 900));
@@ -664,7 +672,9 @@ mod tests {
     #[test]
     fn an_input_bound_larger_than_what_is_left_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let handle = registry().open(spec(dir.path(), "i", 500), None, None).unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "i", 500), None, None)
+            .unwrap();
         let episode = handle.episode.clone();
         for bound in [500, 10_000_000] {
             assert!(matches!(
@@ -685,7 +695,9 @@ mod tests {
     #[test]
     fn refusals_beyond_the_burst_are_paced_and_not_recorded() {
         let dir = tempfile::tempdir().unwrap();
-        let handle = registry().open(spec(dir.path(), "p", 5), None, None).unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "p", 5), None, None)
+            .unwrap();
         let paces: Vec<_> = (0..30).map(|_| handle.episode.pace_refusal()).collect();
         let recorded = paces.iter().filter(|p| p.record).count();
         assert!((20..=21).contains(&recorded), "{recorded}");

@@ -285,14 +285,21 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
     };
     if let Some((status, kind, message)) = early {
         let head = read_body(body, BODY_HEAD_BYTES, limits.body_read_timeout).await;
-        drain(head.rest, limits.max_request_bytes, limits.body_read_timeout).await;
+        drain(
+            head.rest,
+            limits.max_request_bytes,
+            limits.body_read_timeout,
+        )
+        .await;
         return refusal
             .refuse(status, kind, message, &head.bytes, head.complete)
             .await;
     }
-    let limit = limits
-        .max_request_bytes
-        .min(usize::try_from(episode.remaining()).unwrap_or(usize::MAX).saturating_add(READ_SLACK));
+    let limit = limits.max_request_bytes.min(
+        usize::try_from(episode.remaining())
+            .unwrap_or(usize::MAX)
+            .saturating_add(READ_SLACK),
+    );
     let read = read_body(body, limit, limits.body_read_timeout).await;
     if let Some(error) = read.error {
         return refusal
@@ -306,7 +313,12 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
             .await;
     }
     if !read.complete {
-        drain(read.rest, limits.max_request_bytes, limits.body_read_timeout).await;
+        drain(
+            read.rest,
+            limits.max_request_bytes,
+            limits.body_read_timeout,
+        )
+        .await;
         let (status, kind, message) = if limit == limits.max_request_bytes {
             (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -401,13 +413,7 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
             };
             let bytes = serde_json::to_vec(&vetted.body).unwrap_or_default();
             return refusal
-                .refuse(
-                    status,
-                    kind,
-                    budget.message(),
-                    &bytes,
-                    true,
-                )
+                .refuse(status, kind, budget.message(), &bytes, true)
                 .await;
         }
     };
@@ -628,8 +634,10 @@ async fn pump(
             },
             Ok(None) => (parser.finish().into_iter().collect(), true),
             Ok(Some(Err(e))) => {
-                let (message, kind) =
-                    broken(format!("the upstream stream broke off: {}", error_chain(&e)));
+                let (message, kind) = broken(format!(
+                    "the upstream stream broke off: {}",
+                    error_chain(&e)
+                ));
                 let _ = tx.send(Err(io::Error::new(kind, message.clone()))).await;
                 upstream_error = Some(message);
                 broke_off = true;
@@ -814,7 +822,13 @@ impl Exchange {
         if charged {
             self.abandon(status, body.clone(), true, message);
         } else {
-            self.finish(status, body.clone(), Metered::default(), true, Some(message));
+            self.finish(
+                status,
+                body.clone(),
+                Metered::default(),
+                true,
+                Some(message),
+            );
         }
         json_response(status, &body)
     }

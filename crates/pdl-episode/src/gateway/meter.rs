@@ -259,7 +259,10 @@ mod tests {
     fn the_cap_goes_in_the_field_the_model_takes() {
         let p = prepare(
             ApiKind::OpenAi,
-            vetted(ApiKind::OpenAi, json!({"model": "gpt-4o", "messages": [], "max_tokens": 500})),
+            vetted(
+                ApiKind::OpenAi,
+                json!({"model": "gpt-4o", "messages": [], "max_tokens": 500}),
+            ),
             100,
         );
         assert_eq!(p.body["max_tokens"], 100);
@@ -295,16 +298,26 @@ mod tests {
     #[test]
     fn openai_streams_ask_for_usage_and_remember_who_asked() {
         let v = |body| vetted(ApiKind::OpenAi, body);
-        let p = prepare(ApiKind::OpenAi, v(json!({"model": "m", "messages": [], "stream": true})), 10);
+        let p = prepare(
+            ApiKind::OpenAi,
+            v(json!({"model": "m", "messages": [], "stream": true})),
+            10,
+        );
         assert_eq!(p.body["stream_options"], json!({"include_usage": true}));
         assert!(p.stream && p.hide_usage_chunk);
         let p = prepare(
             ApiKind::OpenAi,
-            v(json!({"model": "m", "messages": [], "stream": true, "stream_options": {"include_usage": true}})),
+            v(
+                json!({"model": "m", "messages": [], "stream": true, "stream_options": {"include_usage": true}}),
+            ),
             10,
         );
         assert!(!p.hide_usage_chunk);
-        let p = prepare(ApiKind::OpenAi, v(json!({"model": "m", "messages": [], "stream": false})), 10);
+        let p = prepare(
+            ApiKind::OpenAi,
+            v(json!({"model": "m", "messages": [], "stream": false})),
+            10,
+        );
         assert!(p.body.get("stream_options").is_none());
         assert!(!p.stream);
     }
@@ -320,7 +333,11 @@ mod tests {
         );
         assert_eq!(p.body["max_tokens"], 3000);
         assert_eq!(p.body["thinking"]["budget_tokens"], 2999);
-        let p = prepare(ApiKind::Anthropic, v(json!({"model": "m", "messages": [], "stream": true})), 3000);
+        let p = prepare(
+            ApiKind::Anthropic,
+            v(json!({"model": "m", "messages": [], "stream": true})),
+            3000,
+        );
         assert_eq!(p.body["max_tokens"], 3000);
         assert!(p.body.get("stream_options").is_none());
     }

@@ -309,7 +309,11 @@ fn remote_source(part: &Map<String, Value>) -> bool {
         .get("image_url")
         .and_then(|u| u.get("url").or(Some(u)))
         .and_then(Value::as_str)
-        .or_else(|| part.get("source").and_then(|s| s.get("url")).and_then(Value::as_str))
+        .or_else(|| {
+            part.get("source")
+                .and_then(|s| s.get("url"))
+                .and_then(Value::as_str)
+        })
         .or_else(|| part.get("image_url").and_then(Value::as_str));
     url.is_some_and(|u| !u.trim_start().starts_with("data:"))
         || part
@@ -384,7 +388,11 @@ impl PolicyRefusal {
 /// True for the OpenAI reasoning model families, which take
 /// `max_completion_tokens` and refuse `max_tokens`.
 pub(crate) fn is_openai_reasoning_model(model: &str) -> bool {
-    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
     ["o1", "o3", "o4", "gpt-5"].iter().any(|family| {
         name == *family
             || name
@@ -415,7 +423,11 @@ pub(crate) fn model_output_limit(model: &str) -> Option<u64> {
         ("claude-haiku-4", 64_000),
         ("claude-opus-4", 32_000),
     ];
-    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
     LIMITS
         .iter()
         .filter(|(prefix, _)| name.starts_with(prefix))
@@ -516,8 +528,10 @@ mod tests {
         let vetted = policy()
             .inspect(
                 ApiKind::OpenAi,
-                object(json!({"model": "o3-pro-EXPENSIVE", "messages": [], "store": true,
-                    "service_tier": "priority", "metadata": {"x": 1}, "temperature": 0.2})),
+                object(
+                    json!({"model": "o3-pro-EXPENSIVE", "messages": [], "store": true,
+                    "service_tier": "priority", "metadata": {"x": 1}, "temperature": 0.2}),
+                ),
             )
             .unwrap();
         assert_eq!(vetted.body["model"], "gpt-eval");
@@ -581,7 +595,10 @@ mod tests {
                 ApiKind::Anthropic,
                 json!({"tools": [{"type": "code_execution_20250522", "name": "c"}]}),
             ),
-            (ApiKind::OpenAi, json!({"tools": [{"type": "web_search_preview"}]})),
+            (
+                ApiKind::OpenAi,
+                json!({"tools": [{"type": "web_search_preview"}]}),
+            ),
             (
                 ApiKind::OpenAi,
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}]}]}),
@@ -591,11 +608,16 @@ mod tests {
             let mut body = object(json!({"messages": []}));
             body.extend(object(extra.clone()));
             let err = policy().inspect(api, body).unwrap_err();
-            assert!(matches!(err, PolicyRefusal::ProviderTool(_)), "{extra}: {err:?}");
+            assert!(
+                matches!(err, PolicyRefusal::ProviderTool(_)),
+                "{extra}: {err:?}"
+            );
         }
         let mut enabled = policy();
         enabled.allowed_tools.insert("web_search".into());
-        let body = object(json!({"messages": [], "tools": [{"type": "web_search_20250305", "name": "w"}]}));
+        let body = object(
+            json!({"messages": [], "tools": [{"type": "web_search_20250305", "name": "w"}]}),
+        );
         assert!(enabled.inspect(ApiKind::Anthropic, body).is_ok());
         // Client-side tools pass and add the tool overhead.
         let body = object(json!({"messages": [], "tools": [
@@ -620,15 +642,31 @@ mod tests {
 
     #[test]
     fn reasoning_families_and_output_limits_are_known() {
-        for m in ["o1", "o3-mini", "o4-mini-2025-04-16", "gpt-5", "gpt-5-mini", "openai/o3"] {
+        for m in [
+            "o1",
+            "o3-mini",
+            "o4-mini-2025-04-16",
+            "gpt-5",
+            "gpt-5-mini",
+            "openai/o3",
+        ] {
             assert!(is_openai_reasoning_model(m), "{m}");
         }
-        for m in ["gpt-4o", "gpt-4.1-mini", "o10x", "claude-sonnet-4-5", "replay"] {
+        for m in [
+            "gpt-4o",
+            "gpt-4.1-mini",
+            "o10x",
+            "claude-sonnet-4-5",
+            "replay",
+        ] {
             assert!(!is_openai_reasoning_model(m), "{m}");
         }
         assert_eq!(model_output_limit("gpt-4o-mini"), Some(16_384));
         assert_eq!(model_output_limit("o1-mini-2024"), Some(65_536));
-        assert_eq!(model_output_limit("claude-3-5-sonnet-20241022"), Some(8_192));
+        assert_eq!(
+            model_output_limit("claude-3-5-sonnet-20241022"),
+            Some(8_192)
+        );
         assert_eq!(model_output_limit("replay"), None);
     }
 
@@ -638,7 +676,9 @@ mod tests {
         headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
         headers.insert(
             "anthropic-beta",
-            HeaderValue::from_static("mcp-client-2025-04-04, prompt-caching-2024-07-31,context-1m-2025-08-07"),
+            HeaderValue::from_static(
+                "mcp-client-2025-04-04, prompt-caching-2024-07-31,context-1m-2025-08-07",
+            ),
         );
         headers.insert("accept", HeaderValue::from_static("text/html"));
         headers.insert("openai-organization", HeaderValue::from_static("org-evil"));
@@ -650,7 +690,10 @@ mod tests {
             .collect();
         assert_eq!(
             kept,
-            ["anthropic-version: 2023-06-01", "anthropic-beta: prompt-caching-2024-07-31"]
+            [
+                "anthropic-version: 2023-06-01",
+                "anthropic-beta: prompt-caching-2024-07-31"
+            ]
         );
         assert_eq!(
             dropped,
@@ -664,7 +707,11 @@ mod tests {
         let mut mcp = policy();
         mcp.allowed_tools.insert("mcp".into());
         let (kept, _) = forwarded_headers(ApiKind::Anthropic, &mcp, &headers);
-        assert!(kept[1].1.to_str().unwrap().contains("mcp-client-2025-04-04"));
+        assert!(kept[1]
+            .1
+            .to_str()
+            .unwrap()
+            .contains("mcp-client-2025-04-04"));
         let (kept, dropped) = forwarded_headers(ApiKind::OpenAi, &policy(), &headers);
         assert!(kept.is_empty());
         assert!(dropped.contains(&"anthropic-version".to_string()));

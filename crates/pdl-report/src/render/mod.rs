@@ -35,8 +35,9 @@ pub fn write_all(report: &RunReport, out_dir: &Path) -> Result<Vec<PathBuf>, Rep
     // Inside the run folder no link is followed, the report folder included;
     // a folder elsewhere is the caller's choice and opened as named.
     let dir = match out_dir.strip_prefix(&report.run_dir) {
-        Ok(rel) if !rel.as_os_str().is_empty() => pdl_fs::Dir::open(&report.run_dir)
-            .and_then(|run| run.open_dir(rel, true)),
+        Ok(rel) if !rel.as_os_str().is_empty() => {
+            pdl_fs::Dir::open(&report.run_dir).and_then(|run| run.open_dir(rel, true))
+        }
         _ => pdl_fs::Dir::create(out_dir),
     }
     .map_err(|e| ReportError::new(out_dir, ReportErrorKind::Write(e.into())))?;
