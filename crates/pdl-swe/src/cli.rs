@@ -80,7 +80,7 @@ pub enum Command {
     /// Grade a SWE-bench style predictions file.
     Grade(GradeArgs),
     /// Run a campaign: tasks × agents × samples through the metering gateway.
-    Run(RunCampaignArgs),
+    Run(Box<RunCampaignArgs>),
     /// Write the reports of a campaign's run folder.
     Report(ReportArgs),
     /// The replay model: a local OpenAI- and Anthropic-compatible server.

@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 use pdl_episode::{ReplayConfig, ReplayScript, ReplayServer};
 use serde_json::{json, Value};
@@ -535,13 +534,10 @@ fn the_builtin_file_tools_never_write_through_a_planted_link() {
     let e = &episodes(&out)[0];
     let trajectory =
         std::fs::read_to_string(out.join(e["episode"]["trajectory"].as_str().unwrap())).unwrap();
-    assert_eq!(
-        trajectory
-            .matches("is a symbolic link or passes through one")
-            .count()
-            >= 3,
-        true
-    );
+    let refusals = trajectory
+        .matches("is a symbolic link or passes through one")
+        .count();
+    assert!(refusals >= 3, "{trajectory}");
     // The links themselves are a policy violation of the workspace.
     assert_eq!(e["verdict"], "policy_violation", "{e}");
 }
