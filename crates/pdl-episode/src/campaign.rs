@@ -133,6 +133,8 @@ pub struct CampaignSettings {
     /// Provider-side tools the campaign enables (`--allow-provider-tool`);
     /// every other one is refused by the gateway.
     pub allowed_provider_tools: BTreeSet<String>,
+    /// Bounds on the gateway's requests and connections.
+    pub gateway_limits: crate::GatewayLimits,
 }
 
 /// Progress of a campaign.
@@ -402,6 +404,7 @@ pub fn run_campaign(
             model: Some(settings.model.clone()),
             allowed_tools: settings.allowed_provider_tools.clone(),
         };
+        config.limits = settings.gateway_limits;
         let gateway = Gateway::start(config).map_err(|e| CampaignError::Gateway(e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -508,6 +511,7 @@ fn write_campaign_json(
             "shell_timeout_s": settings.limits.shell_timeout.as_secs_f64(),
             "sandbox": grader.runner().kind().name(),
             "prompt_version": prompt_version(),
+            "max_request_bytes": settings.gateway_limits.max_request_bytes,
         },
     });
     dir.write_atomic(

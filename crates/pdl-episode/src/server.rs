@@ -34,11 +34,11 @@ pub struct ServerLimits {
 }
 
 impl Default for ServerLimits {
-    /// 30 seconds for headers, 256 connections per listener.
+    /// 30 seconds for headers, 512 connections per listener.
     fn default() -> Self {
         ServerLimits {
             header_read_timeout: Duration::from_secs(30),
-            max_connections: 256,
+            max_connections: 512,
         }
     }
 }

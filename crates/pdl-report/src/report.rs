@@ -1363,4 +1363,23 @@ mod tests {
             .contains("reward 5 is not a number in [0, 1]"));
         assert!(r.warnings[1].message.contains("build_health"));
     }
+
+    #[test]
+    fn episodes_campaign_json_does_not_list_are_skipped() {
+        let campaign = json!({"episode_keys": ["a/builtin/gpt-x/0"]});
+        let r = RunReport::from_records(
+            Path::new("/run"),
+            Some(&campaign),
+            &[
+                episode("a", "builtin", 0, 0.2),
+                episode("a", "builtin", 1, 1.0),
+                record("a", "gold", 1.0),
+            ],
+            &BTreeMap::new(),
+        );
+        assert_eq!(r.episodes.len(), 1);
+        assert_eq!(r.counts.implausible, 1);
+        assert_eq!(r.counts.calibration_records, 1);
+        assert!(r.warnings[0].message.contains("a/builtin/gpt-x/1"));
+    }
 }

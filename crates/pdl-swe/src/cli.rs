@@ -252,6 +252,10 @@ pub struct RunCampaignArgs {
     /// outside information from the provider's side of the sandbox.
     #[arg(long = "allow-provider-tool", value_name = "NAME")]
     pub allow_provider_tools: Vec<String>,
+    /// The largest request body the gateway reads from an agent, in MiB; a
+    /// larger one is refused before it is parsed.
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    pub max_request_mib: usize,
     #[command(flatten)]
     pub dataset: DatasetArgs,
     #[command(flatten)]

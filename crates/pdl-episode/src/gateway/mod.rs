@@ -262,7 +262,7 @@ pub struct GatewayLimits {
 }
 
 impl Default for GatewayLimits {
-    /// 16 MiB bodies read within 60 s, headers within 30 s, 256 connections.
+    /// 16 MiB bodies read within 60 s, headers within 30 s, 512 connections.
     fn default() -> Self {
         let server = ServerLimits::default();
         GatewayLimits {

@@ -276,4 +276,20 @@ mod tests {
         assert!(first.get("error").is_none());
         assert!(first["ts"].as_str().unwrap().ends_with('Z'));
     }
+
+    #[test]
+    fn a_refused_body_is_kept_as_its_size_digest_and_head() {
+        let body = "é".repeat(3000);
+        let digest = body_digest(body.as_bytes(), false);
+        assert_eq!(digest["bytes"], 6000);
+        assert_eq!(digest["complete"], false);
+        // The head ends on a character boundary within the limit.
+        let head = digest["head"].as_str().unwrap();
+        assert_eq!(head.len(), BODY_HEAD_BYTES);
+        assert!(head.chars().all(|c| c == 'é'));
+        assert_eq!(
+            body_digest(b"abc", true)["sha256"],
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

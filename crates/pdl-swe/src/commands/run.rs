@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
 use pdl_episode::campaign::{run_campaign, AgentSpec, CampaignEvent, CampaignSettings};
-use pdl_episode::{ApiKind, UpstreamConfig};
+use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
 
 use crate::cli::{ApiChoice, Format, RunCampaignArgs};
 use crate::commands::{report_load_errors, select};
@@ -21,6 +21,15 @@ fn seconds(value: f64, flag: &str) -> Result<Duration, ExitError> {
         Err(ExitError::usage(anyhow::anyhow!(
             "{flag} must be a positive number of seconds, not {value}"
         )))
+    }
+}
+
+fn max_request_bytes(mib: usize) -> Result<usize, ExitError> {
+    match mib.checked_mul(1 << 20) {
+        Some(bytes) if (1..=1024).contains(&mib) => Ok(bytes),
+        _ => Err(ExitError::usage(anyhow::anyhow!(
+            "--max-request-mib must be from 1 to 1024, not {mib}"
+        ))),
     }
 }
 
@@ -111,6 +120,10 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         keep_workspaces: args.keep_workspaces,
         dataset: ds.source.clone(),
         allowed_provider_tools,
+        gateway_limits: GatewayLimits {
+            max_request_bytes: max_request_bytes(args.max_request_mib)?,
+            ..GatewayLimits::default()
+        },
     };
     let mut bar = None;
     let outcome = run_campaign(
