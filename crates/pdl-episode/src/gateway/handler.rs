@@ -373,11 +373,11 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
     let vetted = match shared.policy.inspect(api, request) {
         Ok(vetted) => vetted,
         Err(refused) => {
-            let message = match &refused {
-                PolicyRefusal::Invalid(m) => format!("invalid request: {m}"),
-                PolicyRefusal::ProviderTool(m) => format!("refused by the campaign: {m}"),
+            let prefix = match &refused {
+                PolicyRefusal::Invalid(_) => "invalid request",
+                PolicyRefusal::ProviderTool(_) => "refused by the campaign",
             };
-            debug_assert!(!refused.message().is_empty());
+            let message = format!("{prefix}: {}", refused.message());
             return refusal
                 .refuse(
                     StatusCode::BAD_REQUEST,
