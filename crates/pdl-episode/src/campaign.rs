@@ -8,6 +8,18 @@
 //! killed at any point resumes where it stopped, with nothing lost and nothing
 //! graded twice.
 //!
+//! On resume every record is checked before it counts as done: its reward must
+//! be finite, in [0, 1] and equal (±1e-9) to the task's formula over its
+//! components, and an episode record must carry the key, agent and model of an
+//! episode of this campaign. A record that fails is ignored (its episode runs
+//! again) and reported as a [`CampaignEvent::Warning`]. Only episodes whose
+//! record says `harness_error` are run again; the new record keeps the earlier
+//! outcomes in `episode.previous_outcomes` (and `episode.rerun_of`).
+//!
+//! Every file under `RUN_DIR` is opened through [`pdl_fs::Dir`]: no symbolic
+//! link is followed and only regular files are used, so a link planted in a
+//! run folder is an error naming it, never a write elsewhere.
+//!
 //! ```text
 //! RUN_DIR/
 //!   campaign.json                         the settings of the latest start
@@ -17,7 +29,7 @@
 //!   logs/<task_id>/<episode>.log          an external agent's own output
 //! ```
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -40,7 +52,7 @@ use crate::agent::{
     base_environment, final_patch, prepare_workspace, run_external, AgentRun, EndReason,
     EpisodeLimits, ExternalAgent, GatewayRoute, TaskBrief,
 };
-use crate::{EpisodeSpec, Gateway, GatewayConfig, UpstreamConfig};
+use crate::{EpisodeSpec, Gateway, GatewayConfig, RequestPolicy, UpstreamConfig};
 
 /// The port the gateway answers on inside every sandbox.
 pub const SANDBOX_GATEWAY_PORT: u16 = 4141;
@@ -118,6 +130,11 @@ pub struct CampaignSettings {
     pub keep_workspaces: bool,
     /// Where the dataset came from (for `campaign.json`).
     pub dataset: String,
+    /// Provider-side tools the campaign enables (`--allow-provider-tool`);
+    /// every other one is refused by the gateway.
+    pub allowed_provider_tools: BTreeSet<String>,
+    /// Bounds on the gateway's requests and connections.
+    pub gateway_limits: crate::GatewayLimits,
 }
 
 /// Progress of a campaign.
@@ -139,6 +156,9 @@ pub enum CampaignEvent<'a> {
         /// Its record.
         record: &'a ResultRecord,
     },
+    /// Something in the run folder was skipped (an unreadable line, a record
+    /// that fails its checks); the campaign goes on.
+    Warning(String),
 }
 
 /// Why a campaign could not run at all.
@@ -155,6 +175,9 @@ pub enum CampaignError {
     /// The gateway did not start.
     #[error("model gateway: {0}")]
     Gateway(String),
+    /// A file of the run folder cannot be used (a link, not a regular file, ...).
+    #[error(transparent)]
+    File(#[from] pdl_fs::FsError),
 }
 
 /// What a finished campaign produced.
@@ -203,6 +226,8 @@ struct Job<'a> {
     agent: &'a AgentSpec,
     sample: usize,
     key: String,
+    /// The outcomes of earlier runs of this episode (harness errors), oldest first.
+    previous: Vec<Value>,
 }
 
 /// Runs a campaign. `grader` grades calibration submissions and final
@@ -219,11 +244,29 @@ pub fn run_campaign(
         path: run_dir.clone(),
         message,
     };
-    std::fs::create_dir_all(run_dir).map_err(|e| dir_err(e.to_string()))?;
+    let dir = pdl_fs::Dir::create(run_dir)?;
     let results_path = run_dir.join("results.jsonl");
     let mut log = RecordLog::open(&results_path).map_err(|e| dir_err(e.to_string()))?;
-    let mut records = log.existing().to_vec();
-    write_campaign_json(settings, tasks, grader).map_err(|e| dir_err(e.to_string()))?;
+    for skipped in log.skipped() {
+        on_event(CampaignEvent::Warning(format!(
+            "{}: {skipped}; left in place and ignored",
+            results_path.display()
+        )));
+    }
+    let mut records = Vec::new();
+    for record in log.existing() {
+        match check_record(record, settings, tasks) {
+            Ok(()) => records.push(record.clone()),
+            Err(reason) => on_event(CampaignEvent::Warning(format!(
+                "{}: ignored the {} record `{}` for {}: {reason}",
+                results_path.display(),
+                record.kind.name(),
+                record.name,
+                record.instance_id
+            ))),
+        }
+    }
+    write_campaign_json(&dir, settings, tasks, grader)?;
 
     // Phase 1: calibration in the campaign.
     let done_calibration: HashSet<_> = records
@@ -303,6 +346,20 @@ pub fn run_campaign(
         .filter(|r| r.kind == SubmissionKind::Episode && r.verdict != Verdict::HarnessError)
         .filter_map(|r| r.episode.as_ref()?.get("key")?.as_str().map(str::to_string))
         .collect();
+    // Earlier outcomes of episodes run again (harness errors only).
+    let mut previous: HashMap<String, Vec<Value>> = HashMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.kind == SubmissionKind::Episode && r.verdict == Verdict::HarnessError)
+    {
+        if let Some(key) = r.episode.as_ref().and_then(|e| e.get("key")?.as_str()) {
+            previous.entry(key.to_string()).or_default().push(json!({
+                "verdict": r.verdict.name(),
+                "detail": r.detail,
+                "started_at": r.provenance.started_at,
+            }));
+        }
+    }
     let mut jobs = Vec::new();
     let mut skipped = 0;
     for task in tasks {
@@ -312,11 +369,13 @@ pub fn run_campaign(
                 if done_episodes.contains(&key) {
                     skipped += 1;
                 } else {
+                    let previous = previous.remove(&key).unwrap_or_default();
                     jobs.push(Job {
                         task,
                         agent,
                         sample,
                         key,
+                        previous,
                     });
                 }
             }
@@ -341,6 +400,11 @@ pub fn run_campaign(
         let mut config = GatewayConfig::new(settings.upstream.clone());
         config.unix_socket = Some(socket.clone());
         config.models = vec![settings.model.clone()];
+        config.policy = RequestPolicy {
+            model: Some(settings.model.clone()),
+            allowed_tools: settings.allowed_provider_tools.clone(),
+        };
+        config.limits = settings.gateway_limits;
         let gateway = Gateway::start(config).map_err(|e| CampaignError::Gateway(e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -348,6 +412,7 @@ pub fn run_campaign(
             .build()
             .map_err(|e| CampaignError::Gateway(format!("cannot start the agent runtime: {e}")))?;
         let ctx = EpisodeContext {
+            dir: &dir,
             settings,
             grader,
             runner: &runner,
@@ -392,20 +457,39 @@ fn set_mode(path: &Path, mode: u32) {
 }
 
 fn write_campaign_json(
+    dir: &pdl_fs::Dir,
     settings: &CampaignSettings,
     tasks: &[Task],
     grader: &Grader,
-) -> std::io::Result<()> {
-    let path = settings.run_dir.join("campaign.json");
-    let started_at = std::fs::read(&path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+) -> Result<(), pdl_fs::FsError> {
+    let name = Path::new("campaign.json");
+    let earlier = dir
+        .read(name, 16 << 20)?
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let started_at = earlier
+        .as_ref()
         .and_then(|v| {
             v.get("started_at")
                 .and_then(Value::as_str)
                 .map(str::to_string)
         })
         .unwrap_or_else(now);
+    // Every episode any start of the campaign planned: the report counts no
+    // other episode record.
+    let mut keys: BTreeSet<String> = earlier
+        .as_ref()
+        .and_then(|v| v.get("episode_keys")?.as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|k| k.as_str().map(str::to_string))
+        .collect();
+    for task in tasks {
+        for agent in &settings.agents {
+            for sample in 0..settings.samples {
+                keys.insert(episode_key(task, agent, &settings.model, sample));
+            }
+        }
+    }
     let value = json!({
         "started_at": started_at,
         "resumed_at": now(),
@@ -418,6 +502,8 @@ fn write_campaign_json(
         "samples": settings.samples,
         "tasks": tasks.iter().map(|t| t.row.instance_id.clone()).collect::<Vec<_>>(),
         "tiers": tasks.iter().map(|t| (t.row.instance_id.clone(), t.row.tier.clone())).collect::<BTreeMap<_, _>>(),
+        "allowed_provider_tools": settings.allowed_provider_tools,
+        "episode_keys": keys,
         "settings": {
             "parallelism": settings.parallelism,
             "max_steps": settings.limits.max_steps,
@@ -425,17 +511,119 @@ fn write_campaign_json(
             "shell_timeout_s": settings.limits.shell_timeout.as_secs_f64(),
             "sandbox": grader.runner().kind().name(),
             "prompt_version": prompt_version(),
+            "max_request_bytes": settings.gateway_limits.max_request_bytes,
         },
     });
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(&value).expect("settings serialize"),
-    )?;
-    std::fs::rename(tmp, path)
+    dir.write_atomic(
+        name,
+        &serde_json::to_vec_pretty(&value).expect("settings serialize"),
+    )
+}
+
+/// The tolerance of a record's reward against its formula.
+const REWARD_TOLERANCE: f64 = 1e-9;
+
+/// Why an earlier record cannot count as done in this campaign, if it cannot.
+fn check_record(
+    record: &ResultRecord,
+    settings: &CampaignSettings,
+    tasks: &[Task],
+) -> Result<(), String> {
+    let task = tasks
+        .iter()
+        .find(|t| t.row.instance_id == record.instance_id);
+    let Some(task) = task else {
+        // Another campaign's task in the same folder: it is not resumed here.
+        return Ok(());
+    };
+    check_reward(record, task)?;
+    if record.kind != SubmissionKind::Episode {
+        return Ok(());
+    }
+    let episode = record
+        .episode
+        .as_ref()
+        .and_then(Value::as_object)
+        .ok_or("it has no episode fields")?;
+    let text = |k: &str| episode.get(k).and_then(Value::as_str);
+    let key = text("key").ok_or("it has no episode key")?;
+    let agent_label = text("agent").ok_or("it names no agent")?;
+    let model = text("model").ok_or("it names no model")?;
+    if model != settings.model || record.model_name_or_path.as_deref() != Some(model) {
+        return Err(format!(
+            "its model `{model}` is not the campaign's `{}`",
+            settings.model
+        ));
+    }
+    if record.name != agent_label {
+        return Err(format!(
+            "its name `{}` is not its agent `{agent_label}`",
+            record.name
+        ));
+    }
+    let sample = episode
+        .get("sample")
+        .and_then(Value::as_u64)
+        .ok_or("it has no sample number")? as usize;
+    let agent = settings
+        .agents
+        .iter()
+        .find(|a| a.label() == agent_label)
+        .ok_or_else(|| format!("its agent `{agent_label}` is not one of this campaign's"))?;
+    if sample >= settings.samples || episode_key(task, agent, &settings.model, sample) != key {
+        return Err(format!(
+            "its key `{key}` is not the key of sample {sample} of `{agent_label}` on this task"
+        ));
+    }
+    Ok(())
+}
+
+/// The reward must be finite, in [0, 1], and what the task's formula gives for
+/// the record's components (0 for verdicts that score nothing).
+fn check_reward(record: &ResultRecord, task: &Task) -> Result<(), String> {
+    let reward = record.reward;
+    if !reward.is_finite() || !(0.0..=1.0).contains(&reward) {
+        return Err(format!("its reward {reward} is not a number in [0, 1]"));
+    }
+    let c = &record.components;
+    for (name, value) in [
+        ("hidden_pass_fraction", c.hidden_pass_fraction),
+        ("public_regression", c.public_regression),
+        ("build_health", c.build_health),
+    ] {
+        if !value.is_finite() || !(0.0..=1.0).contains(&value) {
+            return Err(format!("its component {name} = {value} is not in [0, 1]"));
+        }
+    }
+    let scored = matches!(record.verdict, Verdict::Graded | Verdict::Timeout);
+    let expected = if scored {
+        let formula = pdl_task::RewardFormula::parse(&task.row.reward_formula)
+            .map_err(|e| format!("the task's formula cannot be read: {e}"))?;
+        formula
+            .terms
+            .iter()
+            .map(|term| {
+                let value = match term.variable {
+                    pdl_task::RewardVariable::HiddenPassFraction => c.hidden_pass_fraction,
+                    pdl_task::RewardVariable::PublicRegression => c.public_regression,
+                    pdl_task::RewardVariable::BuildHealth => c.build_health,
+                };
+                term.coefficient.to_f64() * value
+            })
+            .sum::<f64>()
+    } else {
+        0.0
+    };
+    if (reward - expected).abs() > REWARD_TOLERANCE {
+        return Err(format!(
+            "its reward {reward} is not what the task's formula gives for its components ({expected})"
+        ));
+    }
+    Ok(())
 }
 
 struct EpisodeContext<'a> {
+    dir: &'a pdl_fs::Dir,
     settings: &'a CampaignSettings,
     grader: &'a Grader,
     runner: &'a Arc<dyn ProcessRunner>,
@@ -445,42 +633,47 @@ struct EpisodeContext<'a> {
     ladders: &'a HashMap<String, LadderFingerprints>,
 }
 
+/// Where an episode's files go, relative to the run folder.
+struct EpisodePaths {
+    trajectory: PathBuf,
+    patch: PathBuf,
+    log: PathBuf,
+}
+
+/// The most of an external agent's log kept in the run folder (its output is
+/// capped at 16 MiB by the sandbox).
+const MAX_LOG_BYTES: u64 = 17 << 20;
+
 impl EpisodeContext<'_> {
-    fn relative(&self, path: &Path) -> String {
-        path.strip_prefix(&self.settings.run_dir)
-            .unwrap_or(path)
-            .display()
-            .to_string()
+    /// Copies the agent's log from its scratch folder (where the agent could
+    /// have put a link) into the run folder, following no link on either side.
+    fn keep_log(&self, agent_scratch: &Path, log: &Path) {
+        let source = pdl_fs::Dir::open(agent_scratch)
+            .and_then(|d| d.open_file(Path::new("agent.log"), pdl_fs::OpenMode::Read));
+        if let Ok(mut source) = source {
+            let _ = self.dir.copy_from(log, &mut source, MAX_LOG_BYTES);
+        }
     }
 
     fn run(&self, job: &Job<'_>) -> ResultRecord {
         let task = job.task;
         let name = format!("{}-s{}-{}", job.agent.slug(), job.sample, &job.key[..8]);
-        let trajectory = self
-            .settings
-            .run_dir
-            .join("trajectories")
-            .join(&task.row.task_id)
-            .join(format!("{name}.jsonl"));
-        let patch_path = self
-            .settings
-            .run_dir
-            .join("patches")
-            .join(&task.row.task_id)
-            .join(format!("{name}.diff"));
-        let log_path = self
-            .settings
-            .run_dir
-            .join("logs")
-            .join(&task.row.task_id)
-            .join(format!("{name}.log"));
-        let scratch = self.grader.work_root().join("episodes").join(&job.key);
-        let workspace = if self.settings.keep_workspaces {
-            self.settings
-                .run_dir
-                .join("workspaces")
+        let rel = |folder: &str, ext: &str| {
+            PathBuf::from(folder)
                 .join(&task.row.task_id)
-                .join(&name)
+                .join(format!("{name}.{ext}"))
+        };
+        let paths = EpisodePaths {
+            trajectory: rel("trajectories", "jsonl"),
+            patch: rel("patches", "diff"),
+            log: rel("logs", "log"),
+        };
+        let scratch = self.grader.work_root().join("episodes").join(&job.key);
+        let kept = PathBuf::from("workspaces")
+            .join(&task.row.task_id)
+            .join(&name);
+        let workspace = if self.settings.keep_workspaces {
+            self.settings.run_dir.join(&kept)
         } else {
             scratch.join("workspace")
         };
@@ -497,17 +690,23 @@ impl EpisodeContext<'_> {
                 "model": self.settings.model,
                 "gateway": self.gateway.base_url(),
             },
-            "trajectory": self.relative(&trajectory),
+            "allowed_provider_tools": self.settings.allowed_provider_tools,
+            "trajectory": paths.trajectory.display().to_string(),
         });
-        let result = self.episode(
-            job,
-            &trajectory,
-            &patch_path,
-            &log_path,
-            &scratch,
-            &workspace,
-            &mut episode,
-        );
+        if let Some(first) = job.previous.first() {
+            episode["rerun_of"] = first.clone();
+            episode["previous_outcomes"] = Value::Array(job.previous.clone());
+        }
+        let kept_ok = if self.settings.keep_workspaces {
+            self.dir
+                .open_dir(&kept, true)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        } else {
+            Ok(())
+        };
+        let result =
+            kept_ok.and_then(|()| self.episode(job, &paths, &scratch, &workspace, &mut episode));
         let mut record = match result {
             Ok(record) => record,
             Err(message) => harness_error_record(task, job, &self.settings.model, message),
@@ -519,13 +718,10 @@ impl EpisodeContext<'_> {
         record
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn episode(
         &self,
         job: &Job<'_>,
-        trajectory: &Path,
-        patch_path: &Path,
-        log_path: &Path,
+        paths: &EpisodePaths,
         scratch: &Path,
         workspace: &Path,
         episode: &mut Value,
@@ -533,20 +729,6 @@ impl EpisodeContext<'_> {
         let task = job.task;
         let _ = std::fs::remove_dir_all(scratch);
         let _ = std::fs::remove_dir_all(workspace);
-        let logged = matches!(job.agent, AgentSpec::Command(_));
-        for p in [
-            Some(trajectory),
-            Some(patch_path),
-            logged.then_some(log_path),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if let Some(parent) = p.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("{}: {e}", parent.display()))?;
-            }
-        }
         std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
         let env = self
             .grader
@@ -555,13 +737,20 @@ impl EpisodeContext<'_> {
             .map_err(|e| e.to_string())?;
         prepare_workspace(&task.row.files, workspace)
             .map_err(|e| format!("cannot prepare the workspace: {e}"))?;
+        let trajectory = self
+            .dir
+            .open_file(&paths.trajectory, pdl_fs::OpenMode::Append)
+            .map_err(|e| e.to_string())?;
         let handle = self
             .gateway
-            .open_episode(EpisodeSpec {
-                id: job.key.clone(),
-                token_budget: task.row.token_budget.max(0) as u64,
-                trajectory_path: trajectory.to_path_buf(),
-            })
+            .open_episode_in(
+                EpisodeSpec {
+                    id: job.key.clone(),
+                    token_budget: task.row.token_budget.max(0) as u64,
+                    trajectory_path: self.dir.display_path(&paths.trajectory),
+                },
+                trajectory,
+            )
             .map_err(|e| format!("cannot open the episode at the gateway: {e}"))?;
         let brief = TaskBrief {
             problem_statement: task.row.problem_statement.clone(),
@@ -622,8 +811,8 @@ impl EpisodeContext<'_> {
                     &budget_spent,
                     &calls,
                 );
-                let _ = std::fs::copy(agent_scratch.join("agent.log"), log_path);
-                episode["log"] = Value::String(self.relative(log_path));
+                self.keep_log(&agent_scratch, &paths.log);
+                episode["log"] = Value::String(paths.log.display().to_string());
                 run?
             }
         };
@@ -639,6 +828,10 @@ impl EpisodeContext<'_> {
         episode["tokens_out"] = json!(usage.output_tokens);
         episode["calls"] = json!(usage.calls);
         episode["refused_calls"] = json!(usage.refused_calls);
+        episode["budget_refusals"] = json!(usage.budget_refusals);
+        episode["unrecorded_refusals"] = json!(usage.unrecorded_refusals);
+        episode["abandoned_calls"] = json!(usage.abandoned_calls);
+        episode["overrun_tokens"] = json!(usage.overrun_tokens);
         episode["end_reason"] = json!(end_reason.name());
         episode["steps"] = json!(run.steps);
         episode["wall_s"] = json!(run.wall_s);
@@ -646,9 +839,10 @@ impl EpisodeContext<'_> {
         episode["summary"] = json!(run.summary);
         match final_patch(&task.row.files, workspace, scratch) {
             Ok(patch) => {
-                std::fs::write(patch_path, &patch)
-                    .map_err(|e| format!("{}: {e}", patch_path.display()))?;
-                episode["patch"] = Value::String(self.relative(patch_path));
+                self.dir
+                    .write(&paths.patch, patch.as_bytes())
+                    .map_err(|e| e.to_string())?;
+                episode["patch"] = Value::String(paths.patch.display().to_string());
             }
             Err(e) => episode["patch_error"] = Value::String(e.to_string()),
         }

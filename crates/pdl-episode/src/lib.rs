@@ -50,11 +50,12 @@ pub mod server;
 pub mod sse;
 
 pub use gateway::{
-    EpisodeHandle, EpisodeSpec, Gateway, GatewayConfig, GatewayError, UpstreamConfig, Usage,
+    EpisodeHandle, EpisodeSpec, Gateway, GatewayConfig, GatewayError, GatewayLimits, RequestPolicy,
+    UpstreamConfig, Usage,
 };
 pub use provider::ApiKind;
 pub use replay::{
     Conversation, ReplayConfig, ReplayError, ReplayScript, ReplayServer, Reply, ReplyUsage,
     ToolCall,
 };
-pub use server::StartError;
+pub use server::{ServerLimits, StartError};

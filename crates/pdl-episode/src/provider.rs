@@ -78,6 +78,8 @@ pub(crate) enum ErrorKind {
     Authentication,
     /// The episode's token budget is spent.
     BudgetExhausted,
+    /// What is left of the budget cannot hold the request.
+    BudgetTooSmall,
     /// The upstream could not be reached.
     Upstream,
     /// The upstream did not answer in time.
@@ -91,7 +93,7 @@ pub(crate) fn error_body(api: ApiKind, kind: ErrorKind, message: &str) -> Value 
             let (kind, code) = match kind {
                 ErrorKind::InvalidRequest => ("invalid_request_error", Value::Null),
                 ErrorKind::Authentication => ("invalid_request_error", json!("invalid_api_key")),
-                ErrorKind::BudgetExhausted => {
+                ErrorKind::BudgetExhausted | ErrorKind::BudgetTooSmall => {
                     ("token_budget_exhausted", json!("token_budget_exhausted"))
                 }
                 ErrorKind::Upstream => ("api_error", json!("upstream_unreachable")),
@@ -101,7 +103,7 @@ pub(crate) fn error_body(api: ApiKind, kind: ErrorKind, message: &str) -> Value 
         }
         ApiKind::Anthropic => {
             let kind = match kind {
-                ErrorKind::InvalidRequest => "invalid_request_error",
+                ErrorKind::InvalidRequest | ErrorKind::BudgetTooSmall => "invalid_request_error",
                 ErrorKind::Authentication | ErrorKind::BudgetExhausted => "authentication_error",
                 ErrorKind::Upstream | ErrorKind::Timeout => "api_error",
             };

@@ -1,6 +1,9 @@
 //! The HTTP server under the gateway and the replay model: a tokio runtime of its
 //! own, listeners bound before `start` returns (so bind errors surface at once),
-//! and a graceful stop. Its only public item is [`StartError`].
+//! HTTP/1.1 connections with a bound on how long a client may take to send a
+//! request's headers (an idle keep-alive connection included) and on how many
+//! connections each listener serves at once, and a graceful stop. Its public
+//! items are [`StartError`] and [`ServerLimits`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -8,12 +11,37 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::Runtime;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 /// How long a stop waits for responses in flight before cutting them off.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Bounds on a server's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// How long a client may take to send a request's headers, counted from
+    /// when the connection is ready for a request (so an idle keep-alive
+    /// connection is closed after this long too).
+    pub header_read_timeout: Duration,
+    /// Connections served at once per listener; further ones wait in the
+    /// listen queue until one closes.
+    pub max_connections: usize,
+}
+
+impl Default for ServerLimits {
+    /// 30 seconds for headers, 512 connections per listener.
+    fn default() -> Self {
+        ServerLimits {
+            header_read_timeout: Duration::from_secs(30),
+            max_connections: 512,
+        }
+    }
+}
 
 /// A server could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +91,7 @@ impl HttpServer {
         router: Router,
         tcp: SocketAddr,
         unix: Option<&Path>,
+        limits: ServerLimits,
     ) -> Result<HttpServer, StartError> {
         let threads = std::thread::available_parallelism()
             .map_or(2, |n| n.get())
@@ -96,12 +125,7 @@ impl HttpServer {
                 .map_err(|source| StartError::Tcp { addr: tcp, source })?;
             let app = router.clone();
             let stop = stop_rx.clone();
-            tasks.push(runtime.spawn(async move {
-                // The serve future only ends on shutdown; accept errors are retried inside.
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped(stop))
-                    .await;
-            }));
+            tasks.push(runtime.spawn(serve(listener, app, stop, limits)));
             if let (Some(std_unix), Some(path)) = (std_unix, unix) {
                 let listener = tokio::net::UnixListener::from_std(std_unix).map_err(|source| {
                     StartError::Unix {
@@ -110,11 +134,7 @@ impl HttpServer {
                     }
                 })?;
                 let stop = stop_rx.clone();
-                tasks.push(runtime.spawn(async move {
-                    let _ = axum::serve(listener, router)
-                        .with_graceful_shutdown(stopped(stop))
-                        .await;
-                }));
+                tasks.push(runtime.spawn(serve(listener, router, stop, limits)));
             }
         }
         Ok(HttpServer {
@@ -181,6 +201,85 @@ impl HttpServer {
 impl Drop for HttpServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Accepts connections until a stop is asked for, at most
+/// `limits.max_connections` at once, and serves `router` on each; on stop,
+/// each connection finishes the response in flight and closes.
+async fn serve<L: Accept>(
+    listener: L,
+    router: Router,
+    stop: watch::Receiver<bool>,
+    limits: ServerLimits,
+) {
+    let max = limits.max_connections.clamp(1, 1 << 20);
+    let slots = std::sync::Arc::new(Semaphore::new(max));
+    let accepting = stop.clone();
+    loop {
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            _ = stopped(accepting.clone()) => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept_stream() => match accepted {
+                Ok(stream) => stream,
+                Err(_) => {
+                    // Out of descriptors or a transient failure: wait a little.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(accepting.clone()) => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .keep_alive(true);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = stopped(stop) => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(permit);
+        });
+    }
+    // Stopping: wait for the connections still finishing their responses.
+    let _ = slots
+        .acquire_many(u32::try_from(max).unwrap_or(u32::MAX))
+        .await;
+}
+
+/// A listener whose connections are served.
+trait Accept: Send + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept_stream(&self) -> impl std::future::Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_stream(&self) -> io::Result<Self::Stream> {
+        let (stream, _) = self.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_stream(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
     }
 }
 

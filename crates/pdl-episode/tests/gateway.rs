@@ -87,6 +87,13 @@ fn gateway_for(api: ApiKind, base_url: &str, unix: Option<&Path>) -> Gateway {
     Gateway::start(config).unwrap()
 }
 
+/// A trajectory line's usage without the reservation.
+fn charged(usage: &Value) -> Value {
+    let mut usage = usage.clone();
+    usage.as_object_mut().unwrap().remove("reserved");
+    usage
+}
+
 fn user(text: &str) -> Value {
     json!({"role": "user", "content": text})
 }
@@ -135,14 +142,14 @@ fn openai_replies_pass_through_and_usage_is_counted_as_reported() {
         "The bug is fixed."
     );
 
-    let usage = episode.usage();
+    assert!(!episode.budget_exhausted());
+    let usage = episode.close();
     assert_eq!((usage.input_tokens, usage.output_tokens), (320, 42));
     assert_eq!(
         (usage.calls, usage.refused_calls, usage.upstream_errors),
         (2, 0, 0)
     );
     assert_eq!(usage.estimated_calls, 0);
-    assert!(!episode.budget_exhausted());
 
     let lines = trajectory(&stack.trajectory_path("openai"));
     assert_eq!(lines.len(), 2);
@@ -151,9 +158,11 @@ fn openai_replies_pass_through_and_usage_is_counted_as_reported() {
     assert_eq!(line["status"], 200);
     assert_eq!(line["refused"], false);
     assert_eq!(
-        line["usage"],
+        charged(&line["usage"]),
         json!({"input_tokens": 120, "output_tokens": 30, "estimated": false})
     );
+    // The reservation: the request's bytes, the overhead and the output cap.
+    assert!(line["usage"]["reserved"].as_u64().unwrap() >= 150);
     assert_eq!(
         line["response"]["choices"][0]["message"]["content"],
         "Let me look at the files."
@@ -193,6 +202,7 @@ fn openai_streams_are_counted_from_the_final_usage_chunk() {
         })
         .collect();
     assert_eq!(text, "Let me look at the files.");
+    assert!(episode.wait_idle(Duration::from_secs(5)));
     let usage = episode.usage();
     assert_eq!((usage.input_tokens, usage.output_tokens), (120, 30));
 
@@ -256,12 +266,12 @@ fn anthropic_replies_pass_through_and_usage_is_counted_streamed_and_not() {
         .collect();
     assert_eq!(text, "The bug is fixed.");
 
-    let usage = episode.usage();
+    let usage = episode.close();
     assert_eq!((usage.input_tokens, usage.output_tokens), (320, 42));
     let lines = trajectory(&stack.trajectory_path("anthropic"));
     assert_eq!(lines[1]["endpoint"], "/v1/messages");
     assert_eq!(
-        lines[1]["usage"],
+        charged(&lines[1]["usage"]),
         json!({"input_tokens": 200, "output_tokens": 12, "estimated": false})
     );
     assert_eq!(lines[1]["response"]["stream"][0]["type"], "message_start");
@@ -337,7 +347,7 @@ fn a_spent_budget_is_refused_with_401_and_a_clear_message() {
     assert_eq!(refused.status, 401);
     assert_eq!(
         refused.json(),
-        json!({"error": {"message": "token budget exhausted: 150 of 150 tokens used",
+        json!({"error": {"message": "token budget exhausted: 150 of 150 tokens used or held by calls in flight",
                          "type": "token_budget_exhausted", "param": null,
                          "code": "token_budget_exhausted"}})
     );
@@ -347,7 +357,7 @@ fn a_spent_budget_is_refused_with_401_and_a_clear_message() {
     );
     assert_eq!(streamed.status, 401);
 
-    let usage = episode.usage();
+    let usage = episode.close();
     assert_eq!(
         (usage.calls, usage.refused_calls, usage.total_tokens()),
         (1, 2, 150)
@@ -358,16 +368,28 @@ fn a_spent_budget_is_refused_with_401_and_a_clear_message() {
     assert_eq!(lines[1]["status"], 401);
     assert_eq!(
         lines[1]["error"],
-        "token budget exhausted: 150 of 150 tokens used"
+        "token budget exhausted: 150 of 150 tokens used or held by calls in flight"
     );
+    // A refused body is kept as a digest, not as the request.
+    let sent = body.to_string();
+    assert_eq!(lines[1]["request"]["bytes"], sent.len());
+    assert_eq!(lines[1]["request"]["head"], sent);
+    assert_eq!(lines[1]["request"]["sha256"].as_str().unwrap().len(), 64);
 }
 
 #[test]
-fn anthropic_budget_refusal_uses_the_anthropic_error_format() {
-    let stack = Stack::new(ApiKind::Anthropic, two_turns());
-    let episode = stack.episode("budget-anthropic", 100);
+fn anthropic_budget_refusals_use_the_anthropic_error_format() {
+    // The provider reports more input than the request's bytes: the call is
+    // charged what it reports (an overrun) and the budget is spent.
+    let greedy = script(json!({"conversations": [{"replies": [
+        {"content": "a", "usage": {"input_tokens": 500, "output_tokens": 1}}]}]}));
+    let stack = Stack::new(ApiKind::Anthropic, greedy);
+    let episode = stack.episode("budget-anthropic", 300);
     let body = json!({"model": "m", "max_tokens": 4000, "messages": [user("x")]});
     assert_eq!(stack.anthropic(episode.token(), &body).status, 200);
+    let usage = episode.usage();
+    assert_eq!(usage.total_tokens(), 501);
+    assert_eq!(usage.overrun_tokens, 201);
     let refused = stack.anthropic(episode.token(), &body);
     assert_eq!(refused.status, 401);
     let json = refused.json();
@@ -377,82 +399,119 @@ fn anthropic_budget_refusal_uses_the_anthropic_error_format() {
         .as_str()
         .unwrap()
         .starts_with("token budget exhausted: "));
+
+    // A request whose bytes alone exceed what is left: 400, same message start.
+    let small = stack.episode("budget-anthropic-small", 100);
+    let too_big = small_request_over(100);
+    let refused = stack.anthropic(small.token(), &too_big);
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(refused.json()["error"]["type"], "invalid_request_error");
+    assert!(refused
+        .error_message()
+        .starts_with("token budget exhausted: "));
+    assert!(small.budget_exhausted());
+    assert_eq!(small.usage().calls, 0);
+}
+
+/// A request of more than `bytes` bytes.
+fn small_request_over(bytes: usize) -> Value {
+    json!({"model": "m", "max_tokens": 10, "messages": [user(&"y".repeat(bytes))]})
+}
+
+/// The input bound the gateway reserves for a request without tools: its
+/// JSON bytes (keys sorted, as forwarded) plus 64.
+fn input_bound(body: &Value) -> u64 {
+    serde_json::to_vec(body).unwrap().len() as u64 + 64
 }
 
 #[test]
-fn the_output_cap_is_clamped_to_the_remaining_budget() {
+fn the_output_cap_is_what_is_left_after_the_input_bound() {
     let stack = Stack::new(ApiKind::OpenAi, two_turns());
     let episode = stack.episode("clamp", 1_000);
-    stack.openai(
-        episode.token(),
-        &json!({"model": "m", "max_tokens": 4096, "messages": [user("x")]}),
-    );
+    let first = json!({"model": "m", "max_tokens": 4096, "messages": [user("x")]});
+    stack.openai(episode.token(), &first);
     // 150 used: 850 left.
-    stack.openai(
-        episode.token(),
-        &json!({"model": "m", "max_completion_tokens": 4096,
-                "messages": [user("x"), assistant("y"), user("z")]}),
-    );
+    let second = json!({"model": "m", "max_completion_tokens": 4096,
+            "messages": [user("x"), assistant("y"), user("z")]});
+    stack.openai(episode.token(), &second);
+    episode.close();
     let lines = trajectory(&stack.trajectory_path("clamp"));
-    assert_eq!(lines[0]["request"]["max_tokens"], 1000);
-    assert_eq!(lines[1]["request"]["max_completion_tokens"], 850);
+    assert_eq!(
+        lines[0]["request"]["max_tokens"],
+        1000 - input_bound(&first)
+    );
+    assert_eq!(lines[0]["usage"]["reserved"], 1000);
+    assert_eq!(
+        lines[1]["request"]["max_completion_tokens"],
+        850 - input_bound(&second)
+    );
     assert!(lines[1]["request"].get("max_tokens").is_none());
 
-    // Without a cap, one is added only when the budget left is small.
-    let small = stack.episode("implicit-cap", 20_000);
-    stack.openai(
-        small.token(),
-        &json!({"model": "m", "messages": [user("x")]}),
-    );
+    // Without a cap in the request, one is always added; a known model's own
+    // limit applies; reasoning models get max_completion_tokens.
     let large = stack.episode("no-cap", 1_000_000);
-    stack.openai(
-        large.token(),
-        &json!({"model": "m", "messages": [user("x")]}),
-    );
+    for model in ["m", "gpt-4o-mini", "o3-mini"] {
+        let answer = stack.openai(
+            large.token(),
+            &json!({"model": model, "messages": [user("x")]}),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    large.close();
+    let lines = trajectory(&stack.trajectory_path("no-cap"));
+    let unknown = json!({"model": "m", "messages": [user("x")]});
     assert_eq!(
-        trajectory(&stack.trajectory_path("implicit-cap"))[0]["request"]["max_tokens"],
-        20_000
+        lines[0]["request"]["max_tokens"],
+        1_000_000 - input_bound(&unknown)
     );
-    assert!(trajectory(&stack.trajectory_path("no-cap"))[0]["request"]
-        .get("max_tokens")
-        .is_none());
+    assert_eq!(lines[1]["request"]["max_tokens"], 16_384);
+    assert!(lines[2]["request"]["max_completion_tokens"].is_u64());
+    assert!(lines[2]["request"].get("max_tokens").is_none());
 }
 
 #[test]
-fn output_tokens_never_exceed_the_budget() {
-    let replies: Vec<Value> = (0..10)
-        .map(|n| {
-            json!({"content": format!("step {n} ").repeat(200),
-                        "usage": {"input_tokens": 100, "output_tokens": 500}})
-        })
-        .collect();
+fn total_tokens_never_exceed_the_budget() {
+    let upstream = common::CountingUpstream::start(Duration::ZERO);
     for api in [ApiKind::OpenAi, ApiKind::Anthropic] {
-        let stack = Stack::new(
-            api,
-            script(json!({"conversations": [{"replies": replies}]})),
-        );
-        let episode = stack.episode("cap", 700);
+        let gateway = gateway_for(api, &upstream.base_url(), None);
+        let dir = tempfile::tempdir().unwrap();
+        let episode = gateway
+            .open_episode(EpisodeSpec {
+                id: "cap".into(),
+                token_budget: 2_000,
+                trajectory_path: dir.path().join("cap.jsonl"),
+            })
+            .unwrap();
+        let http = Http::new();
+        let url = format!("{}{}", gateway.base_url(), api.endpoint_path());
         let mut messages = vec![user("start")];
         let mut statuses = Vec::new();
-        for _ in 0..5 {
+        for _ in 0..8 {
             let body =
                 json!({"model": "m", "max_tokens": 4096, "stream": true, "messages": messages});
-            let answer = match api {
-                ApiKind::OpenAi => stack.openai(episode.token(), &body),
-                ApiKind::Anthropic => stack.anthropic(episode.token(), &body),
-            };
-            statuses.push(answer.status);
+            statuses.push(
+                http.post(&url, &[("authorization", &bearer(episode.token()))], &body)
+                    .status,
+            );
             messages.push(assistant("..."));
             messages.push(user("continue"));
         }
-        assert_eq!(statuses, [200, 200, 401, 401, 401], "{api}");
         let usage = episode.close();
-        assert!(usage.output_tokens <= 700, "{api}: {usage:?}");
-        // The second call had 100 tokens left and its reply was cut to them.
-        assert_eq!(usage.output_tokens, 600, "{api}");
-        let lines = trajectory(&stack.trajectory_path("cap"));
-        assert_eq!(lines[1]["request"]["max_tokens"], 100);
+        // Every call is billed its whole cap by this upstream: the first
+        // reservation takes all that is left, and every later call is refused.
+        assert_eq!(statuses[0], 200, "{api}");
+        assert!(
+            statuses[1..].iter().all(|s| *s == 400 || *s == 401),
+            "{api}: {statuses:?}"
+        );
+        assert!(usage.total_tokens() <= 2_000, "{api}: {usage:?}");
+        assert_eq!(usage.overrun_tokens, 0, "{api}");
+        assert!(episode_budget_refused(&usage), "{api}");
     }
+}
+
+fn episode_budget_refused(usage: &pdl_episode::Usage) -> bool {
+    usage.budget_refusals > 0
 }
 
 #[test]
@@ -538,7 +597,7 @@ fn an_unreachable_upstream_is_a_502_in_the_providers_format() {
             ApiKind::OpenAi => assert_eq!(answer.json()["error"]["type"], "api_error"),
             ApiKind::Anthropic => assert_eq!(answer.json()["type"], "error"),
         }
-        let usage = episode.usage();
+        let usage = episode.close();
         assert_eq!((usage.calls, usage.upstream_errors), (1, 1));
         let lines = trajectory(&path);
         assert_eq!(lines[0]["status"], 502);
@@ -671,7 +730,7 @@ fn an_upstream_400_is_passed_through_and_recorded() {
     );
     assert_eq!(answer.status, 400);
     assert_eq!(answer.error_message(), "max_tokens: Field required");
-    let usage = episode.usage();
+    let usage = episode.close();
     assert_eq!(
         (usage.calls, usage.upstream_errors, usage.total_tokens()),
         (1, 1, 0)
@@ -972,7 +1031,7 @@ fn an_upstream_that_does_not_answer_in_time_is_a_504() {
 }
 
 #[test]
-fn a_client_that_goes_away_mid_stream_is_recorded_with_an_estimate() {
+fn a_client_that_goes_away_mid_stream_is_charged_its_whole_reservation() {
     let mut config = ReplayConfig::new(two_turns());
     config.stream_chunk_delay = Duration::from_millis(200);
     let stack = Stack::with_config(ApiKind::OpenAi, config);
@@ -985,7 +1044,8 @@ fn a_client_that_goes_away_mid_stream_is_recorded_with_an_estimate() {
         let request = axum::http::Request::post(url)
             .header("authorization", token)
             .body(Full::new(bytes::Bytes::from(
-                json!({"model": "m", "stream": true, "messages": [user("x")]}).to_string(),
+                json!({"model": "m", "max_tokens": 4000, "stream": true, "messages": [user("x")]})
+                    .to_string(),
             )))
             .unwrap();
         let response = client.request(request).await.unwrap();
@@ -996,16 +1056,17 @@ fn a_client_that_goes_away_mid_stream_is_recorded_with_an_estimate() {
     });
     let usage = episode.close();
     assert_eq!(
-        (usage.calls, usage.estimated_calls, usage.upstream_errors),
+        (usage.calls, usage.abandoned_calls, usage.upstream_errors),
         (1, 1, 0)
     );
-    assert!(usage.input_tokens > 0);
     let line = &trajectory(&stack.trajectory_path("gone"))[0];
     assert_eq!(
         line["error"],
         "the client went away before the stream ended"
     );
-    assert_eq!(line["usage"]["estimated"], true);
+    assert_eq!(line["abandoned"], true);
+    assert_eq!(line["usage"]["reserved"], usage.total_tokens());
+    assert_eq!(line["request"]["max_tokens"], 4000);
 }
 
 /// A TLS model server with the fixture certificate (for `localhost` and

@@ -182,11 +182,31 @@ impl ResultRecord {
 /// A JSON Lines file of result records that is appended to as results arrive:
 /// every record is flushed on its own line, so an interrupted run loses nothing
 /// that was reported. Opening it cuts off a torn last line (a run killed
-/// mid-write) and reads back the complete records.
+/// mid-write) and reads back the complete records; a line that is not a record
+/// is kept in the file and reported by [`RecordLog::skipped`].
+///
+/// The file is opened without following a symbolic link and must be a regular
+/// file: a link planted at its path is an error naming the path, never followed.
 pub struct RecordLog {
     path: std::path::PathBuf,
     file: std::fs::File,
     existing: Vec<ResultRecord>,
+    skipped: Vec<SkippedLine>,
+}
+
+/// A line of a record log that could not be read as a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedLine {
+    /// Its one-based line number.
+    pub line: usize,
+    /// Why it is not a record.
+    pub reason: String,
+}
+
+impl std::fmt::Display for SkippedLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.reason)
+    }
 }
 
 impl RecordLog {
@@ -195,15 +215,8 @@ impl RecordLog {
         use std::io::{Read, Seek, SeekFrom};
         let with_path =
             |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(with_path)?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(with_path)?;
+        let mut file = pdl_fs::open_file_nofollow(path, pdl_fs::OpenMode::ReadAppend)
+            .map_err(std::io::Error::from)?;
         let mut content = Vec::new();
         file.read_to_end(&mut content).map_err(with_path)?;
         if !content.is_empty() && !content.ends_with(b"\n") {
@@ -215,20 +228,37 @@ impl RecordLog {
             file.set_len(keep as u64).map_err(with_path)?;
             file.seek(SeekFrom::End(0)).map_err(with_path)?;
         }
-        let existing = String::from_utf8_lossy(&content)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
+        let mut existing = Vec::new();
+        let mut skipped = Vec::new();
+        for (index, line) in content.split(|b| *b == b'\n').enumerate() {
+            let text = String::from_utf8_lossy(line);
+            if text.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<ResultRecord>(&text) {
+                Ok(record) => existing.push(record),
+                Err(e) => skipped.push(SkippedLine {
+                    line: index + 1,
+                    reason: format!("not a result record ({e})"),
+                }),
+            }
+        }
         Ok(RecordLog {
             path: path.to_path_buf(),
             file,
             existing,
+            skipped,
         })
     }
 
     /// The complete records the file held when it was opened.
     pub fn existing(&self) -> &[ResultRecord] {
         &self.existing
+    }
+
+    /// The lines of the file that could not be read as records (left in place).
+    pub fn skipped(&self) -> &[SkippedLine] {
+        &self.skipped
     }
 
     /// Appends one record and flushes it.
@@ -240,5 +270,48 @@ impl RecordLog {
             .write_all(&line)
             .and_then(|_| self.file.flush())
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))
+    }
+}
+
+#[cfg(test)]
+mod record_log_tests {
+    use super::*;
+
+    #[test]
+    fn a_symlinked_log_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(
+            &victim,
+            "important line 1\nimportant line 2 without newline",
+        )
+        .unwrap();
+        let path = dir.path().join("results.jsonl");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let err = RecordLog::open(&path).err().unwrap();
+        assert!(err.to_string().contains("results.jsonl"), "{err}");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "important line 1\nimportant line 2 without newline"
+        );
+    }
+
+    #[test]
+    fn unreadable_lines_are_reported_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        std::fs::write(&path, "not a record\n\n{\"x\": 1}\n{\"torn").unwrap();
+        let log = RecordLog::open(&path).unwrap();
+        assert!(log.existing().is_empty());
+        let lines: Vec<usize> = log.skipped().iter().map(|s| s.line).collect();
+        assert_eq!(lines, [1, 3]);
+        assert!(log.skipped()[0]
+            .to_string()
+            .starts_with("line 1: not a result record"));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "not a record\n\n{\"x\": 1}\n"
+        );
     }
 }

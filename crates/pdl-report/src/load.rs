@@ -51,10 +51,10 @@ pub(crate) fn read_run_dir(run_dir: &Path) -> Result<Loaded, ReportError> {
             )),
         ));
     }
-    let campaign_path = run_dir.join(CAMPAIGN_FILE);
-    let results_path = run_dir.join(RESULTS_FILE);
-    let campaign_bytes = read_optional(&campaign_path)?;
-    let results_bytes = read_optional(&results_path)?;
+    let dir = pdl_fs::Dir::open(run_dir)
+        .map_err(|e| ReportError::new(run_dir, ReportErrorKind::Read(e.into())))?;
+    let campaign_bytes = read_optional(&dir, CAMPAIGN_FILE, MAX_CAMPAIGN_BYTES)?;
+    let results_bytes = read_optional(&dir, RESULTS_FILE, MAX_RESULTS_BYTES)?;
     if campaign_bytes.is_none() && results_bytes.is_none() {
         return Err(ReportError::new(run_dir, ReportErrorKind::NotARunFolder));
     }
@@ -86,12 +86,25 @@ pub(crate) fn read_run_dir(run_dir: &Path) -> Result<Loaded, ReportError> {
     Ok(loaded)
 }
 
-fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, ReportError> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ReportError::new(path, ReportErrorKind::Read(e))),
-    }
+/// The largest `campaign.json` read.
+const MAX_CAMPAIGN_BYTES: u64 = 16 << 20;
+
+/// The largest `results.jsonl` read.
+const MAX_RESULTS_BYTES: u64 = 4 << 30;
+
+/// Reads a file of the run folder without following a link; a missing file is
+/// `None`, a link or anything but a regular file is an error naming it.
+fn read_optional(
+    dir: &pdl_fs::Dir,
+    name: &str,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, ReportError> {
+    dir.read(Path::new(name), limit).map_err(|e| {
+        ReportError::new(
+            dir.display_path(Path::new(name)),
+            ReportErrorKind::Read(e.into()),
+        )
+    })
 }
 
 /// Parses the lines of `results.jsonl` into `loaded`.

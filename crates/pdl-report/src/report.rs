@@ -10,6 +10,12 @@
 //!   `verdicts`, `end_reasons` and `budget_exhausted` but left out of every mean
 //!   (reward and tokens), the interval and the landed rungs: they say nothing
 //!   about the agent;
+//! - `reruns` counts the runs an episode needed beyond its first: earlier records
+//!   with its key in the file (replaced by the later one, never counted twice)
+//!   or the earlier outcomes its record carries (`episode.previous_outcomes`);
+//! - a record whose reward or components are not finite numbers in [0, 1], or
+//!   an episode record whose key is not in `campaign.json`'s `episode_keys`
+//!   (when it has them), is skipped with a warning;
 //! - `mean_reward` is the mean of the remaining (`scored`) episode rewards, pooled
 //!   over tasks for tiers and overall, with the 95% interval of
 //!   [`crate::stats::mean_ci`] over the same episodes.
@@ -130,6 +136,10 @@ pub struct RecordCounts {
     pub harness_errors: usize,
     /// Other records (rungs), not reported.
     pub ignored_records: usize,
+    /// Records skipped because their reward or components are not numbers in
+    /// [0, 1], or because they are episodes `campaign.json` does not list
+    /// (each has a warning).
+    pub implausible: usize,
     /// tasks × agents × samples, when `campaign.json` gives all three.
     pub expected_episodes: Option<usize>,
     /// Tasks calibrated, uncalibrated and not calibrated.
@@ -330,6 +340,9 @@ pub struct EpisodeRow {
     pub log_exists: Option<bool>,
     /// The agent's error, when it failed.
     pub error: Option<String>,
+    /// Runs of this episode before the one shown (earlier records with its key,
+    /// or the earlier outcomes its record lists, whichever is more).
+    pub reruns: usize,
     /// The line of `results.jsonl` the record came from.
     pub line: Option<usize>,
 }
@@ -350,6 +363,8 @@ pub struct Stats {
     pub scored: usize,
     /// Episodes with verdict `harness_error`.
     pub harness_errors: usize,
+    /// Runs beyond the first, summed over the episodes (re-runs of harness errors).
+    pub reruns: usize,
     /// Mean reward of the scored episodes.
     pub mean_reward: Option<f64>,
     /// 95% interval of the mean reward.
@@ -381,6 +396,7 @@ impl Stats {
             let reason = e.end_reason.as_deref().unwrap_or("unknown");
             *s.end_reasons.entry(reason.to_string()).or_default() += 1;
             s.budget_exhausted += usize::from(e.budget_exhausted);
+            s.reruns += e.reruns;
             if e.is_harness_error() {
                 s.harness_errors += 1;
                 continue;
@@ -562,7 +578,41 @@ fn build(
     let mut earliest_start: Option<String> = None;
     let mut harness_version: Option<String> = None;
 
+    // The episodes campaign.json says the campaign planned, when it says.
+    let planned: Option<BTreeSet<&str>> = campaign_json
+        .and_then(|c| c.get("episode_keys"))
+        .and_then(Value::as_array)
+        .map(|keys| keys.iter().filter_map(Value::as_str).collect());
     for LineRecord { line, record } in records {
+        let problem = implausible(&record).or_else(|| {
+            let planned = planned.as_ref()?;
+            if record.kind != SubmissionKind::Episode {
+                return None;
+            }
+            let key = record
+                .episode
+                .as_ref()
+                .and_then(|e| e.get("key"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            (!planned.contains(key)).then(|| {
+                format!("its key `{key}` is not one of the campaign's episodes (campaign.json)")
+            })
+        });
+        if let Some(problem) = problem {
+            counts.implausible += 1;
+            warnings.push(Warning::new(
+                RESULTS_FILE,
+                line,
+                format!(
+                    "skipped the {} record `{}` for {}: {problem}",
+                    record.kind.name(),
+                    record.name,
+                    record.instance_id
+                ),
+            ));
+            continue;
+        }
         task_ids.insert(record.instance_id.clone());
         let prov = &record.provenance;
         if !prov.started_at.is_empty()
@@ -589,11 +639,12 @@ fn build(
             SubmissionKind::Rung => counts.ignored_records += 1,
             SubmissionKind::Episode | SubmissionKind::Prediction => {
                 counts.episode_records += 1;
-                let row = episode_row(line, &record, &tier_of, run_dir, &mut warnings);
+                let mut row = episode_row(line, &record, &tier_of, run_dir, &mut warnings);
                 let id = (row.instance_id.clone(), row.key.clone());
                 match by_key.get(&id) {
                     Some(&i) => {
                         counts.duplicates += 1;
+                        row.reruns = row.reruns.max(episodes[i].reruns + 1);
                         episodes[i] = row;
                     }
                     None => {
@@ -742,6 +793,21 @@ fn build(
         overall,
         warnings,
     }
+}
+
+/// Why a record cannot be a grading's result, if it cannot: a reward or a
+/// component that is not a finite number in [0, 1].
+fn implausible(record: &ResultRecord) -> Option<String> {
+    let c = &record.components;
+    [
+        ("reward", record.reward),
+        ("hidden_pass_fraction", c.hidden_pass_fraction),
+        ("public_regression", c.public_regression),
+        ("build_health", c.build_health),
+    ]
+    .into_iter()
+    .find(|(_, v)| !v.is_finite() || !(0.0..=1.0).contains(v))
+    .map(|(name, v)| format!("its {name} {v} is not a number in [0, 1]"))
 }
 
 fn group<K: Ord>(
@@ -900,7 +966,12 @@ fn episode_row(
             (tokens_in, tokens_out, token_budget),
             (Some(i), Some(o), Some(b)) if b > 0 && i.saturating_add(o) >= b
         );
-    let exists = |p: &Option<String>| p.as_ref().map(|p| run_dir.join(p).is_file());
+    // Checked without following links: a link in a run folder is not the file.
+    let folder = pdl_fs::Dir::open(run_dir).ok();
+    let exists = |p: &Option<String>| {
+        p.as_ref()
+            .map(|p| folder.as_ref().is_some_and(|d| d.is_file(Path::new(p))))
+    };
     EpisodeRow {
         instance_id: r.instance_id.clone(),
         tier: tier_of(&r.instance_id),
@@ -928,6 +999,10 @@ fn episode_row(
         log_exists: exists(&log),
         log,
         error,
+        reruns: obj
+            .and_then(|o| o.get("previous_outcomes"))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len),
         line,
     }
 }
@@ -1234,5 +1309,77 @@ mod tests {
         let bad = json!({"samples": "three", "agents": "builtin"});
         let r = RunReport::from_records(Path::new("/run"), Some(&bad), &[], &BTreeMap::new());
         assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn reruns_are_counted_per_agent_and_the_later_record_replaces_the_earlier() {
+        let mut failed = episode("a", "builtin", 0, 0.0);
+        failed.verdict = Verdict::HarnessError;
+        let mut rerun = episode("a", "builtin", 0, 1.0);
+        set_episode_field(
+            &mut rerun,
+            "previous_outcomes",
+            json!([{"verdict": "harness_error", "detail": "sandbox failed"}]),
+        );
+        // A re-run whose earlier record is no longer in the file still counts.
+        let mut lone_rerun = episode("a", "cmd:mini", 0, 0.2);
+        set_episode_field(
+            &mut lone_rerun,
+            "previous_outcomes",
+            json!([{"verdict": "harness_error"}, {"verdict": "harness_error"}]),
+        );
+        let r = report(&[failed, episode("a", "builtin", 1, 0.2), rerun, lone_rerun]);
+        let builtin = r.overall.iter().find(|g| g.agent == "builtin").unwrap();
+        assert_eq!(builtin.stats.reruns, 1);
+        assert_eq!(builtin.stats.episodes, 2);
+        assert_eq!(builtin.stats.harness_errors, 0);
+        assert_eq!(builtin.stats.mean_reward, Some(0.6));
+        let mini = r.overall.iter().find(|g| g.agent == "cmd:mini").unwrap();
+        assert_eq!(mini.stats.reruns, 2);
+        for rendered in [
+            crate::render_table(&r),
+            crate::render_markdown(&r),
+            crate::render_html(&r),
+            crate::to_json(&r).to_string(),
+        ] {
+            assert!(
+                rendered.contains("Re-runs") || rendered.contains("\"reruns\":1"),
+                "{rendered}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_with_an_impossible_reward_is_skipped_with_a_warning() {
+        let forged = episode("a", "builtin", 1, 5.0);
+        let mut nan = episode("a", "builtin", 2, 0.5);
+        nan.components.build_health = f64::NAN;
+        let r = report(&[episode("a", "builtin", 0, 0.2), forged, nan]);
+        assert_eq!(r.counts.implausible, 2);
+        assert_eq!(r.episodes.len(), 1);
+        assert_eq!(r.overall[0].stats.mean_reward, Some(0.2));
+        assert!(r.warnings[0]
+            .message
+            .contains("reward 5 is not a number in [0, 1]"));
+        assert!(r.warnings[1].message.contains("build_health"));
+    }
+
+    #[test]
+    fn episodes_campaign_json_does_not_list_are_skipped() {
+        let campaign = json!({"episode_keys": ["a/builtin/gpt-x/0"]});
+        let r = RunReport::from_records(
+            Path::new("/run"),
+            Some(&campaign),
+            &[
+                episode("a", "builtin", 0, 0.2),
+                episode("a", "builtin", 1, 1.0),
+                record("a", "gold", 1.0),
+            ],
+            &BTreeMap::new(),
+        );
+        assert_eq!(r.episodes.len(), 1);
+        assert_eq!(r.counts.implausible, 1);
+        assert_eq!(r.counts.calibration_records, 1);
+        assert!(r.warnings[0].message.contains("a/builtin/gpt-x/1"));
     }
 }

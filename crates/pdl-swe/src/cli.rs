@@ -80,7 +80,7 @@ pub enum Command {
     /// Grade a SWE-bench style predictions file.
     Grade(GradeArgs),
     /// Run a campaign: tasks × agents × samples through the metering gateway.
-    Run(RunCampaignArgs),
+    Run(Box<RunCampaignArgs>),
     /// Write the reports of a campaign's run folder.
     Report(ReportArgs),
     /// The replay model: a local OpenAI- and Anthropic-compatible server.
@@ -242,6 +242,17 @@ pub struct RunCampaignArgs {
     /// Keep every episode's final workspace under RUN_DIR/workspaces/.
     #[arg(long)]
     pub keep_workspaces: bool,
+    /// Let agents use this provider-side tool (repeatable): `web_search`,
+    /// `web_fetch`, `mcp`, `code_execution`, `remote_media` (images by URL), or a
+    /// tool type such as `web_search_20250305`. Without it the gateway refuses
+    /// every request that switches one on: such tools reach the network or
+    /// outside information from the provider's side of the sandbox.
+    #[arg(long = "allow-provider-tool", value_name = "NAME")]
+    pub allow_provider_tools: Vec<String>,
+    /// The largest request body the gateway reads from an agent, in MiB; a
+    /// larger one is refused before it is parsed.
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    pub max_request_mib: usize,
     #[command(flatten)]
     pub dataset: DatasetArgs,
     #[command(flatten)]

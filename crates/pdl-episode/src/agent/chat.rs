@@ -365,7 +365,7 @@ impl ChatClient {
         })?;
         if status != 200 {
             let message = error_message(&bytes);
-            if status == 401 && message.contains("token budget exhausted") {
+            if (status == 401 || status == 400) && message.starts_with("token budget exhausted") {
                 return Err(ChatError::BudgetExhausted(message));
             }
             return Err(ChatError::Status { status, message });

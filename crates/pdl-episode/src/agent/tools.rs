@@ -1,9 +1,12 @@
 //! The built-in agent's tools ([`Toolbox`]): run a shell command in the sandbox,
 //! view a file with line numbers, replace a unique string in a file, finish.
 //!
-//! File tools act on the host side but only inside the workspace: a path is
-//! resolved with every symbolic link followed and refused unless it stays in the
-//! workspace, so a link the agent planted cannot reach host files.
+//! File tools act on the host side but only inside the workspace: every path is
+//! opened beneath the workspace without following any symbolic link
+//! ([`pdl_fs::Dir`]: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or one
+//! component at a time with `O_NOFOLLOW`), so a link the agent planted with
+//! `run_shell` — dangling or not, to a file or to a folder — can never make a
+//! tool read or write outside the workspace.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,8 @@ use crate::agent::chat::ToolSpec;
 
 /// Longest tool output shown to the model, in bytes (head and tail are kept).
 pub const MAX_TOOL_OUTPUT: usize = 16 * 1024;
+/// Largest file the file tools read.
+pub const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Longest shell command bound the model may ask for.
 pub const MAX_SHELL_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -201,66 +206,72 @@ impl Toolbox {
         format!("[{status}]\n{}", clip(&output, MAX_TOOL_OUTPUT))
     }
 
-    /// Resolves a repository-relative path, refusing anything that leaves the
-    /// workspace (through `..`, an absolute path or a symbolic link).
-    fn resolve(&self, path: &str, must_exist: bool) -> Result<PathBuf, String> {
-        let root = self
-            .workspace
-            .canonicalize()
-            .map_err(|e| format!("error: {e}"))?;
-        let candidate = root.join(path.trim_start_matches("./"));
-        let resolved = if must_exist || candidate.exists() {
-            candidate
-                .canonicalize()
-                .map_err(|e| format!("error: {path}: {e}"))?
-        } else {
-            let parent = candidate
-                .parent()
-                .ok_or_else(|| format!("error: {path}: no parent folder"))?;
-            let parent = parent
-                .canonicalize()
-                .map_err(|e| format!("error: {path}: {e}"))?;
-            parent.join(
-                candidate
-                    .file_name()
-                    .ok_or_else(|| format!("error: {path}: not a file name"))?,
-            )
-        };
-        if !resolved.starts_with(&root) {
+    /// The workspace and a repository-relative path in it: plain components
+    /// only, nothing under `.git`.
+    fn locate(&self, path: &str) -> Result<(pdl_fs::Dir, PathBuf), String> {
+        let trimmed = path.trim().trim_start_matches("./");
+        let rel = PathBuf::from(trimmed);
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
             return Err(format!("error: {path} is outside the repository"));
         }
-        if resolved.components().any(|c| c.as_os_str() == ".git") {
+        if rel.components().any(|c| c.as_os_str() == ".git") {
             return Err(format!("error: {path} is inside .git"));
         }
-        Ok(resolved)
+        let dir = pdl_fs::Dir::open(&self.workspace).map_err(|e| format!("error: {e}"))?;
+        Ok((dir, rel))
+    }
+
+    fn fs_error(path: &str, e: &pdl_fs::FsError) -> String {
+        match &e.kind {
+            pdl_fs::FsErrorKind::Symlink => format!(
+                "error: {path} is a symbolic link or passes through one; the file tools do not follow links (use run_shell to inspect it)"
+            ),
+            pdl_fs::FsErrorKind::NotBeneath => format!("error: {path} is outside the repository"),
+            kind => format!("error: {path}: {kind}"),
+        }
     }
 
     fn view(&self, path: &str, start: Option<u64>, end: Option<u64>) -> String {
-        let resolved = match self.resolve(path, true) {
-            Ok(p) => p,
+        let (dir, rel) = match self.locate(path) {
+            Ok(found) => found,
             Err(e) => return e,
         };
-        if resolved.is_dir() {
-            let mut names: Vec<String> = std::fs::read_dir(&resolved)
-                .map(|it| {
-                    it.filter_map(Result::ok)
-                        .map(|e| {
-                            let n = e.file_name().to_string_lossy().into_owned();
-                            if e.path().is_dir() {
-                                format!("{n}/")
-                            } else {
-                                n
-                            }
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            names.sort();
-            return format!("{path} is a folder:\n{}", names.join("\n"));
+        let listing = |dir: &pdl_fs::Dir| match dir.list() {
+            Ok(entries) => {
+                let names: Vec<String> = entries
+                    .into_iter()
+                    .map(|(name, kind)| match kind {
+                        pdl_fs::EntryKind::Dir => format!("{name}/"),
+                        pdl_fs::EntryKind::Symlink => format!("{name}@"),
+                        _ => name,
+                    })
+                    .collect();
+                format!("{path} is a folder:\n{}", names.join("\n"))
+            }
+            Err(e) => Self::fs_error(path, &e),
+        };
+        if rel.as_os_str().is_empty() {
+            return listing(&dir);
         }
-        let bytes = match std::fs::read(&resolved) {
-            Ok(b) => b,
-            Err(e) => return format!("error: {path}: {e}"),
+        match dir.entry(&rel) {
+            Ok(Some(pdl_fs::EntryKind::Dir)) => {
+                return match dir.open_dir(&rel, false) {
+                    Ok(sub) => listing(&sub),
+                    Err(e) => Self::fs_error(path, &e),
+                }
+            }
+            Ok(None) => return format!("error: {path} does not exist"),
+            Ok(Some(_)) => {}
+            Err(e) => return Self::fs_error(path, &e),
+        }
+        let bytes = match dir.read(&rel, MAX_FILE_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => return format!("error: {path} does not exist"),
+            Err(e) => return Self::fs_error(path, &e),
         };
         let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<&str> = text.lines().collect();
@@ -284,36 +295,52 @@ impl Toolbox {
     }
 
     fn replace(&self, path: &str, old: &str, new: &str) -> String {
-        let resolved = match self.resolve(path, false) {
-            Ok(p) => p,
+        let (dir, rel) = match self.locate(path) {
+            Ok(found) if !found.1.as_os_str().is_empty() => found,
+            Ok(_) => return format!("error: {path} is not a file"),
             Err(e) => return e,
         };
-        if !resolved.exists() {
-            if old.is_empty() {
-                if let Some(parent) = resolved.parent() {
-                    if let Err(e) = std::fs::create_dir_all(parent) {
-                        return format!("error: {path}: {e}");
-                    }
+        match dir.entry(&rel) {
+            Ok(None) => {
+                if !old.is_empty() {
+                    return format!("error: {path} does not exist");
                 }
-                return match std::fs::write(&resolved, new) {
-                    Ok(()) => format!("created {path}"),
-                    Err(e) => format!("error: {path}: {e}"),
+                return match dir.open_file(&rel, pdl_fs::OpenMode::CreateNew) {
+                    Ok(mut file) => match std::io::Write::write_all(&mut file, new.as_bytes()) {
+                        Ok(()) => format!("created {path}"),
+                        Err(e) => format!("error: {path}: {e}"),
+                    },
+                    Err(e) => Self::fs_error(path, &e),
                 };
             }
-            return format!("error: {path} does not exist");
+            Ok(Some(pdl_fs::EntryKind::Symlink)) => {
+                return Self::fs_error(
+                    path,
+                    &pdl_fs::FsError {
+                        path: rel.clone(),
+                        kind: pdl_fs::FsErrorKind::Symlink,
+                    },
+                )
+            }
+            Ok(Some(_)) => {}
+            Err(e) => return Self::fs_error(path, &e),
         }
-        let content = match std::fs::read_to_string(&resolved) {
-            Ok(c) => c,
-            Err(e) => return format!("error: {path}: {e}"),
+        let content = match dir.read(&rel, MAX_FILE_BYTES) {
+            Ok(Some(bytes)) => match String::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(_) => return format!("error: {path} is not UTF-8 text"),
+            },
+            Ok(None) => return format!("error: {path} does not exist"),
+            Err(e) => return Self::fs_error(path, &e),
         };
         if old.is_empty() {
             return format!("error: {path} exists; old_text must not be empty");
         }
         match content.matches(old).count() {
             0 => format!("error: old_text does not occur in {path}"),
-            1 => match std::fs::write(&resolved, content.replacen(old, new, 1)) {
+            1 => match dir.write(&rel, content.replacen(old, new, 1).as_bytes()) {
                 Ok(()) => format!("replaced 1 occurrence in {path}"),
-                Err(e) => format!("error: {path}: {e}"),
+                Err(e) => Self::fs_error(path, &e),
             },
             n => format!(
                 "error: old_text occurs {n} times in {path}; include more context so it is unique"
@@ -385,16 +412,49 @@ mod tests {
         )
         .unwrap();
         assert!(tb.view("../secret.txt", None, None).contains("outside"));
-        assert!(tb.view("src/link", None, None).contains("outside"));
-        assert!(tb.replace("src/link", "s3cr3t", "x").contains("outside"));
+        assert!(tb.view("src/link", None, None).contains("symbolic link"));
+        assert!(tb
+            .replace("src/link", "s3cr3t", "x")
+            .contains("symbolic link"));
         assert_eq!(
             std::fs::read_to_string(dir.path().join("secret.txt")).unwrap(),
             "s3cr3t"
         );
+        assert!(tb.view(".git/config", None, None).contains(".git"));
         assert!(
             tb.view("/etc/passwd", None, None).contains("outside")
                 || tb.view("/etc/passwd", None, None).contains("error")
         );
+    }
+
+    #[test]
+    fn a_dangling_link_or_a_linked_folder_never_leads_a_write_outside() {
+        let (dir, tb) = toolbox();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        // What an agent can plant with run_shell: a dangling link to a host
+        // path, and a link to a folder outside.
+        std::os::unix::fs::symlink(
+            outside.join("planted.txt"),
+            dir.path().join("ws/src/dangling"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&outside, dir.path().join("ws/src/out")).unwrap();
+        let created = tb.replace("src/dangling", "", "pwned\n");
+        assert!(created.contains("symbolic link"), "{created}");
+        let through = tb.replace("src/out/new.txt", "", "pwned\n");
+        assert!(through.contains("symbolic link"), "{through}");
+        assert!(tb.view("src/out", None, None).contains("symbolic link"));
+        assert!(!outside.join("planted.txt").exists());
+        assert!(!outside.join("new.txt").exists());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // The listing shows links for what they are.
+        assert!(tb.view("src", None, None).contains("dangling@"));
+        // Ordinary files still work, new folders included.
+        assert!(tb
+            .replace("src/pkg/mod.py", "", "x = 1\n")
+            .contains("created"));
+        assert!(tb.view("src/pkg/mod.py", None, None).contains("x = 1"));
     }
 
     #[test]

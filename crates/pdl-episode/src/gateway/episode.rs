@@ -1,16 +1,19 @@
 //! Episodes: [`EpisodeSpec`], the [`EpisodeHandle`] the caller keeps, the
-//! [`Usage`] it reports, and the registry the request handler looks tokens up in.
+//! [`Usage`] it reports, the registry the request handler looks tokens up in,
+//! and the budget: a [`Reservation`] taken under the episode's lock before a
+//! call goes upstream and settled when it ends.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::trajectory::{ExchangeRecord, TrajectoryWriter};
+use super::trajectory::{ExchangeRecord, TrajectoryFile, TrajectoryWriter};
 use super::GatewayError;
 use crate::provider::TokenCount;
 
@@ -19,6 +22,15 @@ const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// The prefix of every episode token.
 const TOKEN_PREFIX: &str = "pdl-ep-";
+
+/// Refused calls recorded in a burst before the rate limit applies.
+const REFUSAL_BURST: f64 = 20.0;
+
+/// Refused calls recorded per second once the burst is spent.
+const REFUSALS_PER_SECOND: f64 = 5.0;
+
+/// How long a refusal beyond the rate limit is held before it is answered.
+const REFUSAL_DELAY: Duration = Duration::from_secs(1);
 
 /// An episode to open on the gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,19 +46,38 @@ pub struct EpisodeSpec {
 /// What an episode has used so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Input tokens as reported by the provider (estimated where it reported none).
+    /// Input tokens as reported by the provider (estimated where it reported
+    /// none; the reserved bound for abandoned calls).
     pub input_tokens: u64,
-    /// Output tokens as reported by the provider (estimated where it reported none).
+    /// Output tokens as reported by the provider (estimated where it reported
+    /// none; the reserved cap for abandoned calls).
     pub output_tokens: u64,
     /// Calls forwarded to the upstream, whatever their outcome (retries not counted).
     pub calls: u64,
-    /// Calls the gateway answered by itself: budget spent, wrong API, bad body.
+    /// Calls the gateway answered by itself: budget spent, wrong API, bad body,
+    /// a field or tool the campaign does not allow.
     pub refused_calls: u64,
+    /// Refused calls because the budget left could not hold them.
+    #[serde(default)]
+    pub budget_refusals: u64,
+    /// Refused calls left out of the trajectory by its rate limit (counted only).
+    #[serde(default)]
+    pub unrecorded_refusals: u64,
     /// Forwarded calls that ended in an upstream error status, a timeout or a
     /// connection failure.
     pub upstream_errors: u64,
     /// Forwarded calls whose usage had to be estimated.
     pub estimated_calls: u64,
+    /// Forwarded calls given up before their response ended (the client went
+    /// away, the upstream broke off or timed out): charged their whole
+    /// reservation.
+    #[serde(default)]
+    pub abandoned_calls: u64,
+    /// Tokens the provider reported beyond what the gateway had reserved for
+    /// the call (it ignored the output cap, or counted more input than the
+    /// request's bytes). Zero with an upstream that honours the cap.
+    #[serde(default)]
+    pub overrun_tokens: u64,
 }
 
 impl Usage {
@@ -56,23 +87,87 @@ impl Usage {
     }
 }
 
-/// How an exchange ended, for the counters.
+/// How a forwarded call ended, for the counters.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Outcome {
-    /// The gateway answered by itself.
-    Refused,
-    /// The call went upstream.
-    Forwarded {
+pub(crate) enum Settlement {
+    /// Charged what the provider reported (or what was estimated).
+    Metered {
         tokens: TokenCount,
         estimated: bool,
         failed: bool,
     },
+    /// Charged the whole reservation.
+    Abandoned { failed: bool },
 }
 
-#[derive(Debug, Default)]
+/// What a call asks of the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// The most input tokens the request can amount to.
+    pub input_bound: u64,
+    /// The output cap the agent asked for.
+    pub requested_cap: Option<u64>,
+    /// The model's own output limit, where known.
+    pub model_limit: Option<u64>,
+    /// Choices per request (each gets the cap).
+    pub choices: u64,
+}
+
+/// Why the budget cannot hold a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BudgetRefusal {
+    /// Nothing is left.
+    Exhausted { committed: u64, budget: u64 },
+    /// Something is left, but less than the input bound (plus one output token
+    /// per choice).
+    InputTooLarge {
+        input_bound: u64,
+        remaining: u64,
+        budget: u64,
+    },
+}
+
+impl BudgetRefusal {
+    /// The message the agent gets (both start with "token budget exhausted").
+    pub(crate) fn message(&self) -> String {
+        match self {
+            BudgetRefusal::Exhausted { committed, budget } => format!(
+                "token budget exhausted: {committed} of {budget} tokens used or held by calls in flight"
+            ),
+            BudgetRefusal::InputTooLarge {
+                input_bound,
+                remaining,
+                budget,
+            } => format!(
+                "token budget exhausted: this request may count up to {input_bound} input tokens \
+                 (its size in bytes) and only {remaining} of the {budget} tokens are left; \
+                 send a shorter request"
+            ),
+        }
+    }
+}
+
+#[derive(Debug)]
 struct Counters {
     usage: Usage,
+    /// Tokens held by calls in flight.
+    reserved: u64,
     in_flight: usize,
+    /// Refusals that may still be recorded now (a token bucket).
+    refusal_allowance: f64,
+    allowance_at: Instant,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            usage: Usage::default(),
+            reserved: 0,
+            in_flight: 0,
+            refusal_allowance: REFUSAL_BURST,
+            allowance_at: Instant::now(),
+        }
+    }
 }
 
 /// One open (or closing) episode, shared by its handle and the request handlers.
@@ -82,13 +177,101 @@ pub(crate) struct Episode {
     token: String,
     counters: Mutex<Counters>,
     idle: Condvar,
-    trajectory: Mutex<TrajectoryWriter>,
+    trajectory: Arc<Mutex<TrajectoryFile>>,
+    writer: TrajectoryWriter,
+}
+
+/// Whether a refusal is recorded, and how long to hold its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefusalPace {
+    pub record: bool,
+    pub delay: Duration,
 }
 
 impl Episode {
-    /// Tokens used so far.
-    pub(crate) fn used(&self) -> u64 {
-        self.lock_counters().usage.total_tokens()
+    /// Tokens not yet used nor held by calls in flight.
+    pub(crate) fn remaining(&self) -> u64 {
+        let c = self.lock_counters();
+        self.budget
+            .saturating_sub(c.usage.total_tokens().saturating_add(c.reserved))
+    }
+
+    /// The refusal for a call when nothing is left, if nothing is.
+    pub(crate) fn exhausted(&self) -> Option<BudgetRefusal> {
+        let c = self.lock_counters();
+        let committed = c.usage.total_tokens().saturating_add(c.reserved);
+        (committed >= self.budget).then_some(BudgetRefusal::Exhausted {
+            committed,
+            budget: self.budget,
+        })
+    }
+
+    /// Reserves the input bound and an output cap for a call, or refuses it.
+    /// The cap is the smallest of what the agent asked for, the model's limit
+    /// and what is left after the input bound, divided among the choices; the
+    /// reservation is the input bound plus the cap of every choice, so the
+    /// reservations in flight and the tokens used never exceed the budget.
+    pub(crate) fn reserve(self: &Arc<Self>, ask: Ask) -> Result<Reservation, BudgetRefusal> {
+        let mut c = self.lock_counters();
+        let committed = c.usage.total_tokens().saturating_add(c.reserved);
+        let remaining = self.budget.saturating_sub(committed);
+        let refusal = if remaining == 0 {
+            Some(BudgetRefusal::Exhausted {
+                committed,
+                budget: self.budget,
+            })
+        } else {
+            let room = remaining.saturating_sub(ask.input_bound) / ask.choices.max(1);
+            (room == 0).then_some(BudgetRefusal::InputTooLarge {
+                input_bound: ask.input_bound,
+                remaining,
+                budget: self.budget,
+            })
+        };
+        if let Some(refusal) = refusal {
+            c.usage.budget_refusals += 1;
+            return Err(refusal);
+        }
+        let room = (remaining - ask.input_bound) / ask.choices.max(1);
+        let cap = [ask.requested_cap, ask.model_limit]
+            .into_iter()
+            .flatten()
+            .fold(room, u64::min)
+            .max(1);
+        let output = cap * ask.choices.max(1);
+        c.reserved += ask.input_bound + output;
+        Ok(Reservation {
+            episode: self.clone(),
+            input: ask.input_bound,
+            output,
+            cap,
+            settled: false,
+        })
+    }
+
+    /// Counts a refused call and says whether to record it (a token bucket of
+    /// [`REFUSAL_BURST`] refilled at [`REFUSALS_PER_SECOND`]) and how long to
+    /// hold its answer.
+    pub(crate) fn pace_refusal(&self) -> RefusalPace {
+        let mut c = self.lock_counters();
+        c.usage.refused_calls += 1;
+        let now = Instant::now();
+        let refill = now.duration_since(c.allowance_at).as_secs_f64() * REFUSALS_PER_SECOND;
+        c.refusal_allowance = (c.refusal_allowance + refill).min(REFUSAL_BURST);
+        c.allowance_at = now;
+        if c.refusal_allowance >= 1.0 {
+            c.refusal_allowance -= 1.0;
+            RefusalPace {
+                record: true,
+                delay: Duration::ZERO,
+            }
+        } else {
+            c.usage.unrecorded_refusals += 1;
+            RefusalPace {
+                record: false,
+                delay: REFUSAL_DELAY,
+            }
+        }
     }
 
     /// Marks an exchange as in flight until the returned guard is dropped.
@@ -99,27 +282,42 @@ impl Episode {
         }
     }
 
-    /// Counts a finished exchange and appends it to the trajectory.
-    pub(crate) fn finish(&self, outcome: Outcome, record: &ExchangeRecord) {
-        {
-            let mut counters = self.lock_counters();
-            let usage = &mut counters.usage;
-            match outcome {
-                Outcome::Refused => usage.refused_calls += 1,
-                Outcome::Forwarded {
-                    tokens,
-                    estimated,
-                    failed,
-                } => {
-                    usage.calls += 1;
-                    usage.input_tokens += tokens.input;
-                    usage.output_tokens += tokens.output;
-                    usage.estimated_calls += u64::from(estimated);
-                    usage.upstream_errors += u64::from(failed);
+    /// Hands a record to the trajectory writer; the exchange stays in flight
+    /// until the line is written.
+    pub(crate) fn record(&self, record: ExchangeRecord, in_flight: InFlight) {
+        self.writer.send(self.trajectory.clone(), record, in_flight);
+    }
+
+    fn settle(&self, reservation: &Reservation, settlement: Settlement) {
+        let mut c = self.lock_counters();
+        c.reserved = c
+            .reserved
+            .saturating_sub(reservation.input + reservation.output);
+        let usage = &mut c.usage;
+        usage.calls += 1;
+        let charged = match settlement {
+            Settlement::Metered {
+                tokens,
+                estimated,
+                failed,
+            } => {
+                usage.estimated_calls += u64::from(estimated);
+                usage.upstream_errors += u64::from(failed);
+                tokens
+            }
+            Settlement::Abandoned { failed } => {
+                usage.abandoned_calls += 1;
+                usage.upstream_errors += u64::from(failed);
+                TokenCount {
+                    input: reservation.input,
+                    output: reservation.output,
                 }
             }
-        }
-        self.lock_trajectory().append(record);
+        };
+        usage.input_tokens += charged.input;
+        usage.output_tokens += charged.output;
+        usage.overrun_tokens +=
+            (charged.input + charged.output).saturating_sub(reservation.input + reservation.output);
     }
 
     fn usage(&self) -> Usage {
@@ -128,10 +326,6 @@ impl Episode {
 
     fn lock_counters(&self) -> MutexGuard<'_, Counters> {
         self.counters.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_trajectory(&self) -> MutexGuard<'_, TrajectoryWriter> {
-        self.trajectory.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Waits until no exchange is in flight, at most `limit`.
@@ -144,6 +338,48 @@ impl Episode {
     }
 }
 
+/// Tokens held for one forwarded call. Settle it with what the call used;
+/// dropped unsettled (the handler was dropped because the client went away,
+/// or the call failed after it was sent) it charges its whole amount.
+pub(crate) struct Reservation {
+    episode: Arc<Episode>,
+    /// The input bound held.
+    pub(crate) input: u64,
+    /// The output held: the cap times the choices.
+    pub(crate) output: u64,
+    /// The output cap of each choice, sent upstream.
+    pub(crate) cap: u64,
+    settled: bool,
+}
+
+impl Reservation {
+    /// Ends the reservation, charging what `settlement` says.
+    pub(crate) fn settle(mut self, settlement: Settlement) {
+        self.settled = true;
+        self.episode.settle(&self, settlement);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.settled = true;
+            self.episode
+                .settle(self, Settlement::Abandoned { failed: false });
+        }
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("input", &self.input)
+            .field("output", &self.output)
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
 /// An exchange in flight; dropping it ends it.
 pub(crate) struct InFlight {
     episode: Arc<Episode>,
@@ -151,7 +387,7 @@ pub(crate) struct InFlight {
 
 impl InFlight {
     /// The episode the exchange belongs to.
-    pub(crate) fn episode(&self) -> &Episode {
+    pub(crate) fn episode(&self) -> &Arc<Episode> {
         &self.episode
     }
 }
@@ -167,36 +403,49 @@ impl Drop for InFlight {
 }
 
 /// The open episodes by token.
-#[derive(Default)]
 pub(crate) struct Registry {
     episodes: Mutex<HashMap<String, Arc<Episode>>>,
+    writer: TrajectoryWriter,
 }
 
 impl Registry {
-    /// Opens an episode and registers its token.
+    pub(crate) fn new(writer: TrajectoryWriter) -> Registry {
+        Registry {
+            episodes: Mutex::default(),
+            writer,
+        }
+    }
+
+    /// Opens an episode and registers its token. `file` is its trajectory,
+    /// already open for appending; `None` opens `spec.trajectory_path` (its
+    /// last component not followed).
     pub(crate) fn open(
         self: &Arc<Self>,
         spec: EpisodeSpec,
+        file: Option<File>,
         api_key: Option<&str>,
     ) -> Result<EpisodeHandle, GatewayError> {
         let token = new_token().map_err(GatewayError::Token)?;
         let mut secrets = vec![token.clone()];
         secrets.extend(api_key.map(str::to_string));
-        let trajectory =
-            TrajectoryWriter::open(&spec.trajectory_path, secrets).map_err(|source| {
+        let trajectory = match file {
+            Some(file) => TrajectoryFile::new(file, &spec.trajectory_path, secrets),
+            None => TrajectoryFile::open(&spec.trajectory_path, secrets).map_err(|source| {
                 GatewayError::Trajectory {
                     id: spec.id.clone(),
                     path: spec.trajectory_path.clone(),
                     source,
                 }
-            })?;
+            })?,
+        };
         let episode = Arc::new(Episode {
             id: spec.id,
             budget: spec.token_budget,
             token: token.clone(),
             counters: Mutex::default(),
             idle: Condvar::new(),
-            trajectory: Mutex::new(trajectory),
+            trajectory: Arc::new(Mutex::new(trajectory)),
+            writer: self.writer.clone(),
         });
         self.lock().insert(token, episode.clone());
         Ok(EpisodeHandle {
@@ -246,18 +495,32 @@ impl EpisodeHandle {
         self.episode.usage()
     }
 
-    /// True once the tokens used reach the budget; every further call is refused.
+    /// True once the tokens used reach the budget, or a call was refused
+    /// because the budget left could not hold it.
     pub fn budget_exhausted(&self) -> bool {
-        self.episode.used() >= self.episode.budget
+        let usage = self.episode.usage();
+        usage.total_tokens() >= self.episode.budget || usage.budget_refusals > 0
     }
 
     /// The first failure to write the trajectory file, if any.
     pub fn trajectory_error(&self) -> Option<String> {
-        self.episode.lock_trajectory().error().map(str::to_string)
+        self.episode
+            .trajectory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .error()
+            .map(str::to_string)
+    }
+
+    /// Waits at most `limit` until no exchange is in flight: every call made so
+    /// far is settled and its trajectory line written. True when none is left.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        self.episode.wait_idle(limit);
+        self.episode.lock_counters().in_flight == 0
     }
 
     /// Revokes the token (further calls get 401), waits a few seconds at most for
-    /// exchanges in flight to be recorded, and returns the final usage.
+    /// exchanges in flight to be settled and written, and returns the final usage.
     pub fn close(self) -> Usage {
         self.registry.remove(&self.episode.token);
         self.episode.wait_idle(CLOSE_GRACE);
@@ -297,6 +560,18 @@ fn new_token() -> io::Result<String> {
 mod tests {
     use super::*;
 
+    fn registry() -> Arc<Registry> {
+        Arc::new(Registry::new(TrajectoryWriter::start().unwrap()))
+    }
+
+    fn spec(dir: &std::path::Path, id: &str, budget: u64) -> EpisodeSpec {
+        EpisodeSpec {
+            id: id.into(),
+            token_budget: budget,
+            trajectory_path: dir.join(format!("{id}.jsonl")),
+        }
+    }
+
     #[test]
     fn tokens_are_prefixed_hex_and_distinct() {
         let a = new_token().unwrap();
@@ -312,14 +587,13 @@ mod tests {
     #[test]
     fn closing_or_dropping_a_handle_revokes_its_token() {
         let dir = tempfile::tempdir().unwrap();
-        let registry = Arc::new(Registry::default());
-        let spec = |id: &str| EpisodeSpec {
-            id: id.into(),
-            token_budget: 10,
-            trajectory_path: dir.path().join(format!("{id}.jsonl")),
-        };
-        let closed = registry.open(spec("a"), None).unwrap();
-        let dropped = registry.open(spec("b"), None).unwrap();
+        let registry = registry();
+        let closed = registry
+            .open(spec(dir.path(), "a", 10), None, None)
+            .unwrap();
+        let dropped = registry
+            .open(spec(dir.path(), "b", 10), None, None)
+            .unwrap();
         let (closed_token, dropped_token) =
             (closed.token().to_string(), dropped.token().to_string());
         assert!(registry.get(&closed_token).is_some());
@@ -334,8 +608,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, "x").unwrap();
-        let registry = Arc::new(Registry::default());
-        let err = registry
+        let err = registry()
             .open(
                 EpisodeSpec {
                     id: "e".into(),
@@ -343,8 +616,94 @@ mod tests {
                     trajectory_path: blocker.join("t.jsonl"),
                 },
                 None,
+                None,
             )
             .unwrap_err();
         assert!(err.to_string().contains("file/t.jsonl"), "{err}");
+    }
+
+    fn ask(input_bound: u64, requested_cap: Option<u64>, choices: u64) -> Ask {
+        Ask {
+            input_bound,
+            requested_cap,
+            model_limit: None,
+            choices,
+        }
+    }
+
+    #[test]
+    fn reservations_never_hold_more_than_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "r", 1000), None, None)
+            .unwrap();
+        let episode = handle.episode.clone();
+        let first = episode.reserve(ask(100, Some(200_000), 1)).unwrap();
+        assert_eq!((first.input, first.cap, first.output), (100, 900, 900));
+        assert_eq!(episode.remaining(), 0);
+        assert_eq!(
+            episode.reserve(ask(10, Some(10), 1)).unwrap_err(),
+            BudgetRefusal::Exhausted {
+                committed: 1000,
+                budget: 1000
+            }
+        );
+        // Settled with less than reserved: the rest is free again.
+        first.settle(Settlement::Metered {
+            tokens: TokenCount {
+                input: 40,
+                output: 60,
+            },
+            estimated: false,
+            failed: false,
+        });
+        assert_eq!(episode.remaining(), 900);
+        // The cap is divided among the choices.
+        let split = episode.reserve(ask(100, None, 4)).unwrap();
+        assert_eq!((split.cap, split.output), (200, 800));
+        // Dropped unsettled: the whole reservation is charged.
+        drop(split);
+        let usage = handle.usage();
+        assert_eq!(usage.total_tokens(), 1000);
+        assert_eq!((usage.calls, usage.abandoned_calls), (2, 1));
+        assert!(handle.budget_exhausted());
+    }
+
+    #[test]
+    fn an_input_bound_larger_than_what_is_left_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "i", 500), None, None)
+            .unwrap();
+        let episode = handle.episode.clone();
+        for bound in [500, 10_000_000] {
+            assert!(matches!(
+                episode.reserve(ask(bound, Some(10), 1)),
+                Err(BudgetRefusal::InputTooLarge { remaining: 500, .. })
+            ));
+        }
+        assert!(matches!(
+            episode.reserve(ask(499, None, 2)),
+            Err(BudgetRefusal::InputTooLarge { .. })
+        ));
+        let fits = episode.reserve(ask(499, None, 1)).unwrap();
+        assert_eq!(fits.cap, 1);
+        assert_eq!(handle.usage().budget_refusals, 3);
+        assert!(handle.budget_exhausted());
+    }
+
+    #[test]
+    fn refusals_beyond_the_burst_are_paced_and_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "p", 5), None, None)
+            .unwrap();
+        let paces: Vec<_> = (0..30).map(|_| handle.episode.pace_refusal()).collect();
+        let recorded = paces.iter().filter(|p| p.record).count();
+        assert!((20..=21).contains(&recorded), "{recorded}");
+        assert!(paces[29].delay >= Duration::from_millis(500));
+        let usage = handle.usage();
+        assert_eq!(usage.refused_calls, 30);
+        assert_eq!(usage.unrecorded_refusals as usize, 30 - recorded);
     }
 }

@@ -1,62 +1,88 @@
-//! The gateway's HTTP side: routes, authentication by episode token, the budget
-//! check, forwarding, and metering and recording of each exchange.
+//! The gateway's HTTP side: routes, authentication by episode token, the
+//! bounded body read, the request policy, the budget reservation, forwarding,
+//! and settling and recording each exchange.
 
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::episode::{Episode, EpisodeHandle, InFlight, Outcome, Registry};
+use super::episode::{
+    Ask, BudgetRefusal, Episode, EpisodeHandle, InFlight, Registry, Reservation, Settlement,
+};
 use super::meter::{is_openai_usage_chunk, prepare, Metered, Prepared, StreamMeter};
-use super::trajectory::{now_rfc3339, ExchangeRecord, RecordedUsage};
+use super::policy::{forwarded_headers, model_output_limit, PolicyRefusal, RequestPolicy};
+use super::trajectory::{
+    body_digest, now_rfc3339, Dropped, ExchangeRecord, RecordedUsage, TrajectoryWriter,
+    BODY_HEAD_BYTES,
+};
 use super::upstream::{error_chain, SendError, Upstream};
-use super::{EpisodeSpec, GatewayError};
+use super::{EpisodeSpec, GatewayError, GatewayLimits};
 use crate::provider::{
     error_body, error_response, estimate_input_tokens, estimate_output_tokens, json_response,
     models_body, not_found, reported_usage, tokens_for_bytes, ApiKind, ErrorKind, TokenCount,
 };
 use crate::sse::SseParser;
 
-/// The largest request body accepted (long agent contexts are large).
-const MAX_REQUEST_BYTES: usize = 64 << 20;
-
 /// How many stream pieces may wait for a slow client.
 const STREAM_BUFFER: usize = 64;
+
+/// Bytes read beyond the budget left before a body is refused as too large for
+/// it: room for fields the policy drops.
+const READ_SLACK: usize = 64 << 10;
 
 /// What the handlers share.
 pub(crate) struct Shared {
     upstream: Upstream,
     episodes: Arc<Registry>,
     models: Vec<String>,
+    policy: RequestPolicy,
+    limits: GatewayLimits,
 }
 
 impl Shared {
-    pub(crate) fn new(upstream: Upstream, models: Vec<String>) -> Shared {
-        Shared {
+    pub(crate) fn new(
+        upstream: Upstream,
+        models: Vec<String>,
+        policy: RequestPolicy,
+        limits: GatewayLimits,
+    ) -> Result<Shared, GatewayError> {
+        let writer = TrajectoryWriter::start().map_err(GatewayError::Writer)?;
+        Ok(Shared {
             upstream,
-            episodes: Arc::new(Registry::default()),
+            episodes: Arc::new(Registry::new(writer)),
             models,
-        }
+            policy,
+            limits,
+        })
     }
 
     pub(crate) fn api(&self) -> ApiKind {
         self.upstream.api
     }
 
-    pub(crate) fn open_episode(&self, spec: EpisodeSpec) -> Result<EpisodeHandle, GatewayError> {
-        self.episodes.open(spec, self.upstream.key_text())
+    pub(crate) fn policy(&self) -> &RequestPolicy {
+        &self.policy
+    }
+
+    pub(crate) fn open_episode(
+        &self,
+        spec: EpisodeSpec,
+        file: Option<std::fs::File>,
+    ) -> Result<EpisodeHandle, GatewayError> {
+        self.episodes.open(spec, file, self.upstream.key_text())
     }
 
     /// The open episode named by the request's `Authorization: Bearer` or
@@ -94,19 +120,18 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .fallback(fallback)
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(shared)
 }
 
 async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     call(shared, ApiKind::OpenAi, headers, body).await
 }
 
-async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
     call(shared, ApiKind::Anthropic, headers, body).await
 }
 
@@ -141,77 +166,300 @@ fn unauthorized(api: ApiKind, presented: bool) -> Response {
     )
 }
 
+/// A request body read up to a limit.
+struct ReadBody {
+    /// The rest of the body, when reading stopped at the limit.
+    rest: Option<Body>,
+    bytes: Bytes,
+    /// The body ended within the limit.
+    complete: bool,
+    /// Why reading stopped early, if it did for another reason than the limit.
+    error: Option<String>,
+}
+
+/// Reads at most `limit` bytes of `body` (one more tells that it is longer),
+/// within `timeout` in all.
+async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
+    let mut body = body;
+    let mut buf = BytesMut::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                return ReadBody {
+                    rest: None,
+                    bytes: buf.freeze(),
+                    complete: false,
+                    error: Some(format!(
+                        "the request body did not arrive within {}",
+                        humantime::format_duration(timeout)
+                    )),
+                }
+            }
+            Ok(None) => {
+                return ReadBody {
+                    rest: None,
+                    bytes: buf.freeze(),
+                    complete: true,
+                    error: None,
+                }
+            }
+            Ok(Some(Err(e))) => {
+                return ReadBody {
+                    rest: None,
+                    bytes: buf.freeze(),
+                    complete: false,
+                    error: Some(format!("the request body broke off: {e}")),
+                }
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            let room = limit + 1 - buf.len();
+            buf.extend_from_slice(&data[..data.len().min(room)]);
+            if buf.len() > limit {
+                return ReadBody {
+                    rest: Some(body),
+                    bytes: buf.freeze(),
+                    complete: false,
+                    error: None,
+                };
+            }
+        }
+    }
+}
+
+/// Reads and discards what is left of a body, at most `limit` bytes within
+/// `timeout`, so that the client gets the answer instead of a reset connection.
+async fn drain(rest: Option<Body>, limit: usize, timeout: Duration) {
+    let Some(mut body) = rest else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut seen = 0usize;
+    while seen <= limit {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => seen += frame.data_ref().map_or(0, |d| d.len()),
+            _ => return,
+        }
+    }
+}
+
 /// One generation call of the agent.
-async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Bytes) -> Response {
+async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let ts = now_rfc3339();
     let episode = match shared.authenticate(&headers) {
         Ok(episode) => episode,
         Err(presented) => return unauthorized(api, presented),
     };
-    let exchange = Exchange {
+    let refusal = Refusal {
         in_flight: episode.begin(),
         api,
         ts,
         started,
     };
+    let limits = &shared.limits;
     let upstream = &shared.upstream;
-    if api != upstream.api {
-        let message = format!(
-            "this gateway forwards to an {} upstream and does not translate between APIs: \
-             call {} instead of {}",
-            upstream.api,
-            upstream.api.endpoint_path(),
-            api.endpoint_path()
-        );
-        return exchange.refuse(
+    // Refusals that need no body read only its head.
+    let early = if api != upstream.api {
+        Some((
             StatusCode::BAD_REQUEST,
             ErrorKind::InvalidRequest,
-            message,
-            body_as_value(&body),
-        );
+            format!(
+                "this gateway forwards to an {} upstream and does not translate between APIs: \
+                 call {} instead of {}",
+                upstream.api,
+                upstream.api.endpoint_path(),
+                api.endpoint_path()
+            ),
+        ))
+    } else {
+        episode.exhausted().map(|r| {
+            (
+                StatusCode::UNAUTHORIZED,
+                ErrorKind::BudgetExhausted,
+                r.message(),
+            )
+        })
+    };
+    if let Some((status, kind, message)) = early {
+        let head = read_body(body, BODY_HEAD_BYTES, limits.body_read_timeout).await;
+        drain(
+            head.rest,
+            limits.max_request_bytes,
+            limits.body_read_timeout,
+        )
+        .await;
+        return refusal
+            .refuse(status, kind, message, &head.bytes, head.complete)
+            .await;
     }
+    let limit = limits.max_request_bytes.min(
+        usize::try_from(episode.remaining())
+            .unwrap_or(usize::MAX)
+            .saturating_add(READ_SLACK),
+    );
+    let read = read_body(body, limit, limits.body_read_timeout).await;
+    if let Some(error) = read.error {
+        return refusal
+            .refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidRequest,
+                error,
+                &read.bytes,
+                false,
+            )
+            .await;
+    }
+    if !read.complete {
+        drain(
+            read.rest,
+            limits.max_request_bytes,
+            limits.body_read_timeout,
+        )
+        .await;
+        let (status, kind, message) = if limit == limits.max_request_bytes {
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorKind::InvalidRequest,
+                format!(
+                    "the request body is larger than the gateway accepts ({} bytes)",
+                    limits.max_request_bytes
+                ),
+            )
+        } else {
+            (
+                StatusCode::BAD_REQUEST,
+                ErrorKind::BudgetTooSmall,
+                format!(
+                    "token budget exhausted: the request body is over {limit} bytes and only {} \
+                     of the {} tokens are left; send a shorter request",
+                    episode.remaining(),
+                    episode.budget
+                ),
+            )
+        };
+        return refusal
+            .refuse(status, kind, message, &read.bytes, false)
+            .await;
+    }
+    let body = read.bytes;
     let request = match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(request)) => request,
-        Ok(other) => {
-            return exchange.refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::InvalidRequest,
-                "the request body must be a JSON object".into(),
-                other,
-            )
+        Ok(_) => {
+            return refusal
+                .refuse(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::InvalidRequest,
+                    "the request body must be a JSON object".into(),
+                    &body,
+                    true,
+                )
+                .await
         }
         Err(e) => {
-            return exchange.refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::InvalidRequest,
-                format!("the request body is not valid JSON: {e}"),
-                body_as_value(&body),
-            )
+            return refusal
+                .refuse(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::InvalidRequest,
+                    format!("the request body is not valid JSON: {e}"),
+                    &body,
+                    true,
+                )
+                .await
         }
     };
-    let (used, budget) = (episode.used(), episode.budget);
-    if used >= budget {
-        return exchange.refuse(
-            StatusCode::UNAUTHORIZED,
-            ErrorKind::BudgetExhausted,
-            format!("token budget exhausted: {used} of {budget} tokens used"),
-            Value::Object(request),
-        );
-    }
-    let prepared = prepare(api, request, budget - used);
+    let vetted = match shared.policy.inspect(api, request) {
+        Ok(vetted) => vetted,
+        Err(refused) => {
+            let prefix = match &refused {
+                PolicyRefusal::Invalid(_) => "invalid request",
+                PolicyRefusal::ProviderTool(_) => "refused by the campaign",
+            };
+            let message = format!("{prefix}: {}", refused.message());
+            return refusal
+                .refuse(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::InvalidRequest,
+                    message,
+                    &body,
+                    true,
+                )
+                .await;
+        }
+    };
+    drop(body);
+    let (upstream_headers, dropped_headers) = forwarded_headers(api, &shared.policy, &headers);
+    // A byte-level tokenizer never makes more tokens than bytes: the JSON of
+    // what goes upstream (before the cap is added) bounds its input.
+    let vetted_bytes = serde_json::to_vec(&vetted.body).map_or(u64::MAX, |v| v.len() as u64);
+    let ask = Ask {
+        input_bound: vetted_bytes.saturating_add(vetted.overhead),
+        requested_cap: vetted.requested_cap,
+        model_limit: model_output_limit(vetted.model()),
+        choices: vetted.choices,
+    };
+    let reservation = match episode.reserve(ask) {
+        Ok(reservation) => reservation,
+        Err(budget) => {
+            let (status, kind) = match budget {
+                BudgetRefusal::Exhausted { .. } => {
+                    (StatusCode::UNAUTHORIZED, ErrorKind::BudgetExhausted)
+                }
+                BudgetRefusal::InputTooLarge { .. } => {
+                    (StatusCode::BAD_REQUEST, ErrorKind::BudgetTooSmall)
+                }
+            };
+            let bytes = serde_json::to_vec(&vetted.body).unwrap_or_default();
+            return refusal
+                .refuse(status, kind, budget.message(), &bytes, true)
+                .await;
+        }
+    };
+    let requested_model = vetted.requested_model.clone().filter(|m| {
+        shared
+            .policy
+            .model
+            .as_deref()
+            .is_some_and(|forced| m.as_str() != Some(forced))
+    });
+    let dropped = Dropped {
+        fields: vetted.dropped_fields.clone(),
+        headers: dropped_headers,
+    };
+    let prepared = prepare(api, vetted, reservation.cap);
     let upstream_body = match serde_json::to_vec(&prepared.body) {
         Ok(bytes) => Bytes::from(bytes),
         Err(e) => {
-            return exchange.refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::InvalidRequest,
-                format!("the request cannot be re-encoded: {e}"),
-                prepared.body,
-            )
+            let message = format!("the request cannot be re-encoded: {e}");
+            reservation.settle(Settlement::Metered {
+                tokens: TokenCount::default(),
+                estimated: false,
+                failed: true,
+            });
+            return refusal
+                .refuse(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::InvalidRequest,
+                    message,
+                    &[],
+                    true,
+                )
+                .await;
         }
     };
-    match upstream.send(&headers, upstream_body).await {
+    let exchange = Exchange {
+        in_flight: Some(refusal.in_flight),
+        reservation: Some(reservation),
+        api,
+        ts: refusal.ts,
+        started,
+        requested_model,
+        dropped,
+        request: Some(prepared.body.clone()),
+    };
+    match upstream.send(&upstream_headers, upstream_body).await {
         Ok(response) => {
             let streamed = prepared.stream
                 && response.status().is_success()
@@ -229,7 +477,7 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Bytes
                 "cannot reach the upstream model API at {}: {cause}",
                 upstream.base_url
             ),
-            prepared.body,
+            false,
         ),
         Err(SendError::Timeout(limit)) => exchange.fail(
             StatusCode::GATEWAY_TIMEOUT,
@@ -238,20 +486,20 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Bytes
                 "the upstream model API did not answer within {}",
                 humantime::format_duration(limit)
             ),
-            prepared.body,
+            true,
         ),
         Err(SendError::Failed(cause)) => exchange.fail(
             StatusCode::BAD_GATEWAY,
             ErrorKind::Upstream,
             format!("the request to the upstream model API failed: {cause}"),
-            prepared.body,
+            true,
         ),
     }
 }
 
 /// A response read to its end, then passed on.
 async fn complete_response(
-    exchange: Exchange,
+    mut exchange: Exchange,
     prepared: Prepared,
     response: hyper::Response<Incoming>,
     limit: Duration,
@@ -265,7 +513,7 @@ async fn complete_response(
                 StatusCode::BAD_GATEWAY,
                 ErrorKind::Upstream,
                 format!("the upstream response broke off: {}", error_chain(&e)),
-                prepared.body,
+                true,
             )
         }
         Err(_) => {
@@ -276,7 +524,7 @@ async fn complete_response(
                     "the upstream response did not arrive within {}",
                     humantime::format_duration(limit)
                 ),
-                prepared.body,
+                true,
             )
         }
     };
@@ -306,15 +554,8 @@ async fn complete_response(
             Some(format!("the upstream answered {status}")),
         )
     };
-    let recorded = parsed.unwrap_or_else(|| body_as_value(&bytes));
-    exchange.forwarded(
-        prepared.body,
-        status,
-        recorded,
-        metered,
-        error.is_some(),
-        error,
-    );
+    let recorded = parsed.unwrap_or_else(|| text_value(&bytes));
+    exchange.finish(status, recorded, metered, error.is_some(), error);
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -350,8 +591,10 @@ fn stream_response(
 }
 
 /// Moves a stream from the upstream to the client, then meters and records it.
+/// A stream that does not end normally (the client went away, the upstream
+/// broke off or fell silent) is charged its whole reservation.
 async fn pump(
-    exchange: Exchange,
+    mut exchange: Exchange,
     prepared: Prepared,
     status: StatusCode,
     mut body: Incoming,
@@ -363,6 +606,7 @@ async fn pump(
     let mut meter = StreamMeter::new(api);
     let mut payloads = Vec::new();
     let mut upstream_error: Option<String> = None;
+    let mut broke_off = false;
     let mut client_gone = false;
     'stream: loop {
         let frame = tokio::select! {
@@ -372,21 +616,31 @@ async fn pump(
             }
             frame = tokio::time::timeout(idle_limit, body.frame()) => frame,
         };
+        let broken = |message: String| (message, io::ErrorKind::BrokenPipe);
         let (events, ended) = match frame {
             Ok(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => (parser.push(&data), false),
+                Ok(data) => match parser.push(&data) {
+                    Ok(events) => (events, false),
+                    Err(overflow) => {
+                        let (message, kind) =
+                            broken(format!("the upstream stream is malformed: {overflow}"));
+                        let _ = tx.send(Err(io::Error::new(kind, message.clone()))).await;
+                        upstream_error = Some(message);
+                        broke_off = true;
+                        break 'stream;
+                    }
+                },
                 Err(_) => continue,
             },
             Ok(None) => (parser.finish().into_iter().collect(), true),
             Ok(Some(Err(e))) => {
-                let message = format!("the upstream stream broke off: {}", error_chain(&e));
-                let _ = tx
-                    .send(Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        message.clone(),
-                    )))
-                    .await;
+                let (message, kind) = broken(format!(
+                    "the upstream stream broke off: {}",
+                    error_chain(&e)
+                ));
+                let _ = tx.send(Err(io::Error::new(kind, message.clone()))).await;
                 upstream_error = Some(message);
+                broke_off = true;
                 break 'stream;
             }
             Err(_) => {
@@ -401,6 +655,7 @@ async fn pump(
                     )))
                     .await;
                 upstream_error = Some(message);
+                broke_off = true;
                 break 'stream;
             }
         };
@@ -437,124 +692,206 @@ async fn pump(
     }
     // Dropping the body closes the upstream connection if the stream is unfinished.
     drop(body);
+    let response = json!({ "stream": payloads });
+    if client_gone || broke_off {
+        let error = upstream_error
+            .unwrap_or_else(|| "the client went away before the stream ended".to_string());
+        exchange.abandon(status, response, broke_off, error);
+    } else {
+        let metered = meter.finish(&prepared.body);
+        let failed = upstream_error.is_some();
+        exchange.finish(status, response, metered, failed, upstream_error);
+    }
+    // The client sees the end of the stream once the call is settled.
     drop(tx);
-    let error = match (&upstream_error, client_gone) {
-        (Some(message), _) => Some(message.clone()),
-        (None, true) => Some("the client went away before the stream ended".to_string()),
-        (None, false) => None,
-    };
-    let metered = meter.finish(&prepared.body);
-    exchange.forwarded(
-        prepared.body,
-        status,
-        json!({ "stream": payloads }),
-        metered,
-        upstream_error.is_some(),
-        error,
-    );
 }
 
-/// An exchange being handled; it is in flight until recorded.
-struct Exchange {
+/// A call the gateway answers by itself, before anything is reserved.
+struct Refusal {
     in_flight: InFlight,
     api: ApiKind,
     ts: String,
     started: Instant,
 }
 
+impl Refusal {
+    /// Records the refused call (a digest of its body, rate-limited) and
+    /// returns the answer, held back when refusals come too fast.
+    async fn refuse(
+        self,
+        status: StatusCode,
+        kind: ErrorKind,
+        message: String,
+        body: &[u8],
+        complete: bool,
+    ) -> Response {
+        let answer = error_body(self.api, kind, &message);
+        let episode = self.in_flight.episode().clone();
+        let pace = episode.pace_refusal();
+        if pace.record {
+            let record = ExchangeRecord {
+                ts: self.ts,
+                endpoint: self.api.endpoint_path(),
+                requested_model: None,
+                request: body_digest(body, complete),
+                dropped: Dropped::default(),
+                status: status.as_u16(),
+                response: answer.clone(),
+                usage: RecordedUsage::default(),
+                latency_ms: elapsed_ms(self.started),
+                refused: true,
+                abandoned: false,
+                error: Some(message),
+            };
+            episode.record(record, self.in_flight);
+        } else {
+            drop(self.in_flight);
+        }
+        if !pace.delay.is_zero() {
+            tokio::time::sleep(pace.delay).await;
+        }
+        json_response(status, &answer)
+    }
+}
+
+/// A forwarded call. Finishing it settles its reservation and records it;
+/// dropped unfinished (the client went away and hyper dropped the handler) it
+/// is recorded as abandoned and charged its whole reservation.
+struct Exchange {
+    in_flight: Option<InFlight>,
+    reservation: Option<Reservation>,
+    api: ApiKind,
+    ts: String,
+    started: Instant,
+    requested_model: Option<Value>,
+    dropped: Dropped,
+    request: Option<Value>,
+}
+
 impl Exchange {
-    /// Records a call the gateway answered by itself and returns the answer.
-    fn refuse(
-        self,
-        status: StatusCode,
-        kind: ErrorKind,
-        message: String,
-        request: Value,
-    ) -> Response {
-        let body = error_body(self.api, kind, &message);
-        let record = self.record(
-            request,
-            status,
-            body.clone(),
-            Metered::default(),
-            true,
-            Some(message),
-        );
-        self.in_flight.episode().finish(Outcome::Refused, &record);
-        json_response(status, &body)
-    }
-
-    /// Records a forwarded call that got no usable upstream response and returns
-    /// the gateway's error answer.
-    fn fail(
-        self,
-        status: StatusCode,
-        kind: ErrorKind,
-        message: String,
-        request: Value,
-    ) -> Response {
-        let body = error_body(self.api, kind, &message);
-        self.forwarded(
-            request,
-            status,
-            body.clone(),
-            Metered::default(),
-            true,
-            Some(message),
-        );
-        json_response(status, &body)
-    }
-
-    /// Counts and records a forwarded call.
-    fn forwarded(
-        self,
-        request: Value,
+    /// Settles and records a call whose response was read to its end.
+    fn finish(
+        &mut self,
         status: StatusCode,
         response: Value,
         metered: Metered,
         failed: bool,
         error: Option<String>,
     ) {
-        let outcome = Outcome::Forwarded {
-            tokens: metered.tokens,
-            estimated: metered.estimated,
-            failed,
-        };
-        let record = self.record(request, status, response, metered, false, error);
-        self.in_flight.episode().finish(outcome, &record);
+        let (input, output) = (metered.tokens.input, metered.tokens.output);
+        self.close(
+            status,
+            response,
+            Settlement::Metered {
+                tokens: metered.tokens,
+                estimated: metered.estimated,
+                failed,
+            },
+            (input, output, metered.estimated),
+            error,
+        );
     }
 
-    fn record(
-        &self,
-        request: Value,
+    /// Settles a call given up before its response ended: its whole reservation.
+    fn abandon(&mut self, status: StatusCode, response: Value, failed: bool, error: String) {
+        let (input, output) = self
+            .reservation
+            .as_ref()
+            .map_or((0, 0), |r| (r.input, r.output));
+        self.close(
+            status,
+            response,
+            Settlement::Abandoned { failed },
+            (input, output, false),
+            Some(error),
+        );
+    }
+
+    /// Records a forwarded call that got no usable upstream response and returns
+    /// the gateway's error answer. `charged` says whether the request may have
+    /// been worked on upstream (it was sent): then the whole reservation is
+    /// charged, else nothing.
+    fn fail(
+        mut self,
+        status: StatusCode,
+        kind: ErrorKind,
+        message: String,
+        charged: bool,
+    ) -> Response {
+        let body = error_body(self.api, kind, &message);
+        if charged {
+            self.abandon(status, body.clone(), true, message);
+        } else {
+            self.finish(
+                status,
+                body.clone(),
+                Metered::default(),
+                true,
+                Some(message),
+            );
+        }
+        json_response(status, &body)
+    }
+
+    fn close(
+        &mut self,
         status: StatusCode,
         response: Value,
-        metered: Metered,
-        refused: bool,
+        settlement: Settlement,
+        (input, output, estimated): (u64, u64, bool),
         error: Option<String>,
-    ) -> ExchangeRecord {
-        ExchangeRecord {
-            ts: self.ts.clone(),
+    ) {
+        let (Some(reservation), Some(in_flight)) = (self.reservation.take(), self.in_flight.take())
+        else {
+            return;
+        };
+        let reserved = reservation.input + reservation.output;
+        let abandoned = matches!(settlement, Settlement::Abandoned { .. });
+        reservation.settle(settlement);
+        let record = ExchangeRecord {
+            ts: std::mem::take(&mut self.ts),
             endpoint: self.api.endpoint_path(),
-            request,
+            requested_model: self.requested_model.take(),
+            request: self.request.take().unwrap_or(Value::Null),
+            dropped: std::mem::take(&mut self.dropped),
             status: status.as_u16(),
             response,
             usage: RecordedUsage {
-                input_tokens: metered.tokens.input,
-                output_tokens: metered.tokens.output,
-                estimated: metered.estimated,
+                input_tokens: input,
+                output_tokens: output,
+                estimated,
+                reserved: Some(reserved),
             },
-            latency_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            refused,
+            latency_ms: elapsed_ms(self.started),
+            refused: false,
+            abandoned,
             error,
+        };
+        let episode = in_flight.episode().clone();
+        episode.record(record, in_flight);
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if self.reservation.is_some() {
+            self.abandon(
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+                Value::Null,
+                false,
+                "the client went away before the response was complete".into(),
+            );
         }
     }
 }
 
+fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A body that is not JSON, kept as text.
-fn body_as_value(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+fn text_value(bytes: &[u8]) -> Value {
+    Value::String(String::from_utf8_lossy(bytes).into_owned())
 }
 
 fn is_event_stream(headers: &HeaderMap) -> bool {

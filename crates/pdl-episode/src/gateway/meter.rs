@@ -1,15 +1,14 @@
-//! Budget enforcement on the way up ([`prepare`]: clamp the output cap, ask for
-//! streamed usage) and token metering on the way down ([`StreamMeter`] for
-//! streams; [`crate::provider::reported_usage`] for complete responses).
+//! The way up and the way down of a metered call: [`prepare`] sets the output
+//! cap the budget allows in the field the model expects and asks for streamed
+//! usage; [`StreamMeter`] reads the usage out of a stream
+//! ([`crate::provider::reported_usage`] does for complete responses).
 
 use serde_json::{json, Map, Value};
 
+use super::policy::{is_openai_reasoning_model, Vetted};
 use crate::provider::{
     anthropic_input_tokens, estimate_input_tokens, tokens_for_bytes, ApiKind, TokenCount,
 };
-
-/// Below this remaining budget an OpenAI request without an output cap gets one.
-const OPENAI_IMPLICIT_CAP_THRESHOLD: u64 = 32_768;
 
 /// The smallest thinking budget Anthropic accepts.
 const ANTHROPIC_MIN_THINKING_BUDGET: u64 = 1_024;
@@ -26,32 +25,28 @@ pub(crate) struct Prepared {
     pub hide_usage_chunk: bool,
 }
 
-/// Rewrites a request so that its output fits in `remaining` tokens (at least 1)
-/// and, for an OpenAI stream, so that the usage arrives in a final chunk.
-pub(crate) fn prepare(api: ApiKind, mut body: Map<String, Value>, remaining: u64) -> Prepared {
-    let remaining = remaining.max(1);
-    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+/// Writes the output cap `cap` (per choice) into a vetted request, in the
+/// field the API and the model family take (`max_completion_tokens` for the
+/// OpenAI reasoning models, the field the agent used or `max_tokens` for other
+/// OpenAI models, `max_tokens` for Anthropic), and, for an OpenAI stream, asks
+/// for the usage in a final chunk.
+pub(crate) fn prepare(api: ApiKind, vetted: Vetted, cap: u64) -> Prepared {
+    let cap = cap.max(1);
+    let stream = vetted.stream;
+    let reasoning = is_openai_reasoning_model(vetted.model());
+    let cap_field = vetted.cap_field;
+    let mut body: Map<String, Value> = vetted.body;
     let mut hide_usage_chunk = false;
     match api {
         ApiKind::OpenAi => {
-            let choices = body
-                .get("n")
-                .and_then(Value::as_u64)
-                .filter(|n| *n > 0)
-                .unwrap_or(1);
-            let cap = (remaining / choices).max(1);
-            let mut capped = false;
-            for key in ["max_completion_tokens", "max_tokens"] {
-                if let Some(value) = body.get_mut(key).filter(|v| !v.is_null()) {
-                    capped = true;
-                    if let Some(asked) = value.as_u64() {
-                        *value = json!(asked.min(cap));
-                    }
-                }
-            }
-            if !capped && remaining < OPENAI_IMPLICIT_CAP_THRESHOLD {
-                body.insert("max_tokens".into(), json!(cap));
-            }
+            body.remove("max_tokens");
+            body.remove("max_completion_tokens");
+            let field = if reasoning {
+                "max_completion_tokens"
+            } else {
+                cap_field.unwrap_or("max_tokens")
+            };
+            body.insert(field.into(), json!(cap));
             if stream {
                 let options = body
                     .entry("stream_options")
@@ -64,21 +59,14 @@ pub(crate) fn prepare(api: ApiKind, mut body: Map<String, Value>, remaining: u64
                     hide_usage_chunk = !asked;
                     options.insert("include_usage".into(), Value::Bool(true));
                 }
+            } else {
+                body.remove("stream_options");
             }
         }
         ApiKind::Anthropic => {
-            let mut cap = None;
-            if let Some(value) = body.get_mut("max_tokens") {
-                if let Some(asked) = value.as_u64() {
-                    let clamped = asked.min(remaining);
-                    *value = json!(clamped);
-                    cap = Some(clamped);
-                }
-            }
+            body.insert("max_tokens".into(), json!(cap));
             // Extended thinking needs budget_tokens < max_tokens.
-            if let (Some(cap), Some(thinking)) =
-                (cap, body.get_mut("thinking").and_then(Value::as_object_mut))
-            {
+            if let Some(thinking) = body.get_mut("thinking").and_then(Value::as_object_mut) {
                 if let Some(budget) = thinking.get("budget_tokens").and_then(Value::as_u64) {
                     if budget >= cap && cap > ANTHROPIC_MIN_THINKING_BUDGET {
                         thinking.insert("budget_tokens".into(), json!(cap - 1));
@@ -261,66 +249,96 @@ mod tests {
         value.as_object().unwrap().clone()
     }
 
-    #[test]
-    fn openai_caps_are_clamped_to_the_remaining_budget() {
-        let p = prepare(ApiKind::OpenAi, object(json!({"max_tokens": 500})), 100);
-        assert_eq!(p.body["max_tokens"], 100);
-        let p = prepare(
-            ApiKind::OpenAi,
-            object(json!({"max_completion_tokens": 50})),
-            100,
-        );
-        assert_eq!(p.body["max_completion_tokens"], 50);
-        assert!(p.body.get("max_tokens").is_none());
-        let p = prepare(
-            ApiKind::OpenAi,
-            object(json!({"max_tokens": 500, "n": 4})),
-            100,
-        );
-        assert_eq!(p.body["max_tokens"], 25);
+    fn vetted(api: ApiKind, body: Value) -> Vetted {
+        super::super::policy::RequestPolicy::default()
+            .inspect(api, object(body))
+            .unwrap()
     }
 
     #[test]
-    fn openai_without_a_cap_gets_one_only_when_the_budget_is_low() {
-        let p = prepare(ApiKind::OpenAi, object(json!({})), 1_000_000);
+    fn the_cap_goes_in_the_field_the_model_takes() {
+        let p = prepare(
+            ApiKind::OpenAi,
+            vetted(
+                ApiKind::OpenAi,
+                json!({"model": "gpt-4o", "messages": [], "max_tokens": 500}),
+            ),
+            100,
+        );
+        assert_eq!(p.body["max_tokens"], 100);
+        let p = prepare(
+            ApiKind::OpenAi,
+            vetted(
+                ApiKind::OpenAi,
+                json!({"model": "gpt-4o", "messages": [], "max_completion_tokens": 50}),
+            ),
+            50,
+        );
+        assert_eq!(p.body["max_completion_tokens"], 50);
         assert!(p.body.get("max_tokens").is_none());
-        let p = prepare(ApiKind::OpenAi, object(json!({})), 32_767);
-        assert_eq!(p.body["max_tokens"], 32_767);
-        let p = prepare(ApiKind::OpenAi, object(json!({"max_tokens": null})), 10);
-        assert_eq!(p.body["max_tokens"], 10);
+        // Reasoning models take max_completion_tokens, even when the agent sent
+        // max_tokens or nothing.
+        for body in [
+            json!({"model": "o3-mini", "messages": [], "max_tokens": 500}),
+            json!({"model": "gpt-5", "messages": []}),
+        ] {
+            let p = prepare(ApiKind::OpenAi, vetted(ApiKind::OpenAi, body), 77);
+            assert_eq!(p.body["max_completion_tokens"], 77);
+            assert!(p.body.get("max_tokens").is_none());
+        }
+        // Without a cap in the request, one is always sent.
+        let p = prepare(
+            ApiKind::OpenAi,
+            vetted(ApiKind::OpenAi, json!({"model": "m", "messages": []})),
+            1_000_000,
+        );
+        assert_eq!(p.body["max_tokens"], 1_000_000);
     }
 
     #[test]
     fn openai_streams_ask_for_usage_and_remember_who_asked() {
-        let p = prepare(ApiKind::OpenAi, object(json!({"stream": true})), 10);
+        let v = |body| vetted(ApiKind::OpenAi, body);
+        let p = prepare(
+            ApiKind::OpenAi,
+            v(json!({"model": "m", "messages": [], "stream": true})),
+            10,
+        );
         assert_eq!(p.body["stream_options"], json!({"include_usage": true}));
         assert!(p.stream && p.hide_usage_chunk);
         let p = prepare(
             ApiKind::OpenAi,
-            object(json!({"stream": true, "stream_options": {"include_usage": true}})),
+            v(
+                json!({"model": "m", "messages": [], "stream": true, "stream_options": {"include_usage": true}}),
+            ),
             10,
         );
         assert!(!p.hide_usage_chunk);
-        let p = prepare(ApiKind::OpenAi, object(json!({"stream": false})), 10);
+        let p = prepare(
+            ApiKind::OpenAi,
+            v(json!({"model": "m", "messages": [], "stream": false})),
+            10,
+        );
         assert!(p.body.get("stream_options").is_none());
         assert!(!p.stream);
     }
 
     #[test]
-    fn anthropic_max_tokens_and_thinking_budget_are_clamped() {
+    fn anthropic_max_tokens_and_thinking_budget_follow_the_cap() {
+        let v = |body| vetted(ApiKind::Anthropic, body);
         let p = prepare(
             ApiKind::Anthropic,
-            object(
-                json!({"max_tokens": 8000, "thinking": {"type": "enabled", "budget_tokens": 4000}}),
-            ),
+            v(json!({"model": "m", "messages": [], "max_tokens": 8000,
+                     "thinking": {"type": "enabled", "budget_tokens": 4000}})),
             3000,
         );
         assert_eq!(p.body["max_tokens"], 3000);
         assert_eq!(p.body["thinking"]["budget_tokens"], 2999);
-        let p = prepare(ApiKind::Anthropic, object(json!({"max_tokens": 10})), 3000);
-        assert_eq!(p.body["max_tokens"], 10);
-        let p = prepare(ApiKind::Anthropic, object(json!({"stream": true})), 3000);
-        assert!(p.body.get("max_tokens").is_none());
+        let p = prepare(
+            ApiKind::Anthropic,
+            v(json!({"model": "m", "messages": [], "stream": true})),
+            3000,
+        );
+        assert_eq!(p.body["max_tokens"], 3000);
         assert!(p.body.get("stream_options").is_none());
     }
 

@@ -15,6 +15,32 @@
 //! request to the endpoint of the other API than the upstream's is answered 400:
 //! the gateway does not translate between the APIs.
 //!
+//! # What is forwarded: the request policy
+//!
+//! The campaign, not the agent, decides the model and the provider features
+//! ([`RequestPolicy`], in [`GatewayConfig::policy`]):
+//!
+//! - `model` is replaced by the policy's model in every forwarded request; the
+//!   name the agent asked for is recorded as `requested_model`.
+//! - Only an allowlist of body fields per API is forwarded (the generation
+//!   parameters, messages, tools, streaming); everything else is dropped and
+//!   named in the trajectory line's `dropped.fields`. Dropped on purpose: `store`,
+//!   `service_tier`, `metadata`, `user`, `prompt_cache_key`,
+//!   `safety_identifier`, `prediction`, `audio`, `modalities` (they change what
+//!   the account is billed for, keeps or retains, not what the model answers).
+//! - Only `anthropic-version` and the `anthropic-beta` values that change no
+//!   reach of the model (prompt caching, fine-grained streaming, interleaved
+//!   thinking, token-efficient tools) are forwarded from the agent's headers;
+//!   every other header and beta is dropped and named in `dropped.headers`.
+//! - A request that switches on a provider-side tool — web search
+//!   (`web_search_options`, `web_search_*` tools), web fetch, remote MCP servers
+//!   (`mcp_servers`), code execution (`container`, `code_execution_*`), any tool
+//!   whose `type` is not a client-side one, or an image given by URL — is
+//!   refused with 400 unless the policy enables that tool by name.
+//! - `max_tokens`, `max_completion_tokens` and `n` must be integers (1 to
+//!   10 000 000, and 1 to 16 for `n`), `stream` a boolean; documents, files and
+//!   audio input are refused (their token count cannot be bounded beforehand).
+//!
 //! # Metering and the budget
 //!
 //! An episode's usage is the sum of the input and output tokens the provider
@@ -25,26 +51,71 @@
 //! no usage it is estimated at one token per four bytes and the exchange is marked
 //! `estimated`.
 //!
-//! Before forwarding, the request's output cap is clamped to the budget still
-//! left, so a reply cannot overshoot it. Once the usage reaches the budget every
-//! further call is refused at once with HTTP 401 and a body, in the provider's
-//! error format, saying the token budget is exhausted: 401 stops the common SDKs
-//! instead of making them retry.
+//! The budget is a hard limit. Before a call goes upstream the gateway reserves,
+//! under the episode's lock:
+//!
+//! - an input bound: the UTF-8 bytes of the JSON body it forwards plus a fixed
+//!   per-API overhead (64 tokens, plus 256 for OpenAI or 1 024 for Anthropic when
+//!   tools are offered, plus 4 096 per image) — a byte-level tokenizer never
+//!   makes more tokens than bytes;
+//! - an output cap per choice: the smallest of what the agent asked for, the
+//!   model's own maximum where known, and what is left after the input bound,
+//!   divided by `n`. The cap is always sent: `max_completion_tokens` for the
+//!   OpenAI reasoning families (o1, o3, o4, gpt-5), the field the agent used or
+//!   `max_tokens` for other OpenAI models, `max_tokens` for Anthropic.
+//!
+//! What is left is the budget minus the tokens charged and the reservations of
+//! the calls in flight, so concurrent calls cannot share the same remainder. A
+//! call is refused when nothing is left (HTTP 401, "token budget exhausted")
+//! or when its input bound alone does not fit (HTTP 400, same message, asking
+//! for a shorter request); 401 stops the common SDKs instead of making them
+//! retry. A body larger than the budget left (plus 64 KiB) is refused before it
+//! is parsed.
+//!
+//! When a call ends its reservation is settled with the usage the provider
+//! reported. A call given up before its response ended — the client went away
+//! (hyper then drops the handler: the settlement is done by a drop guard), the
+//! upstream broke off, fell silent or timed out after the request was sent — is
+//! charged its whole reservation. A call the upstream answered with an error
+//! status, or that never connected, is charged nothing.
+//!
+//! Guarantee: the tokens charged to an episode (input + output) never exceed
+//! its budget, as long as the provider honours the output cap it is sent and
+//! counts no more input tokens than the request's bytes. Usage beyond a call's
+//! reservation is still charged (it is what the provider bills) and counted in
+//! [`Usage::overrun_tokens`], so a provider breaking that rule is visible.
+//!
+//! # Bounded resources
+//!
+//! Request bodies are read up to [`GatewayLimits::max_request_bytes`] (16 MiB by
+//! default) within [`GatewayLimits::body_read_timeout`]; request headers must
+//! arrive within [`GatewayLimits::header_read_timeout`], and each listener serves
+//! at most [`GatewayLimits::max_connections`] connections at once. Refused calls
+//! are recorded with only the size, SHA-256 and first 4 KiB of their body, at most
+//! 20 in a burst and 5 a second per episode; beyond that they are counted
+//! ([`Usage::unrecorded_refusals`]) and answered after a one-second delay. An SSE
+//! event from the upstream may hold at most 8 MiB.
 //!
 //! # Trajectory
 //!
 //! Every exchange is appended to the episode's trajectory file as one JSON line,
-//! written in one piece:
+//! written in one piece by the gateway's writer thread (never on the async
+//! runtime's threads):
 //!
 //! ```text
 //! {"ts": "2026-01-02T03:04:05.678Z",        RFC 3339, when the request arrived
 //!  "endpoint": "/v1/chat/completions",     or "/v1/messages"
-//!  "request": {...},                       the JSON body as sent upstream
+//!  "requested_model": "o3-pro",            only when the agent asked for another model
+//!  "request": {...},                       the JSON body as sent upstream; refused:
+//!                                          {"bytes", "complete", "sha256", "head"}
+//!  "dropped": {"fields": [...], "headers": [...]},   only when something was dropped
 //!  "status": 200,                          the status the agent got
 //!  "response": {...},                      the JSON body, or {"stream": [<each SSE data payload>]}
-//!  "usage": {"input_tokens": 812, "output_tokens": 95, "estimated": false},
+//!  "usage": {"input_tokens": 812, "output_tokens": 95, "estimated": false,
+//!            "reserved": 20480},           reserved: forwarded calls only
 //!  "latency_ms": 1532,                     until the last byte
 //!  "refused": false,                       true when the gateway answered by itself
+//!  "abandoned": true,                      only when charged the whole reservation
 //!  "error": "..."}                         only when something went wrong
 //! ```
 //!
@@ -53,6 +124,7 @@
 mod episode;
 mod handler;
 mod meter;
+mod policy;
 mod trajectory;
 mod upstream;
 
@@ -64,9 +136,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use episode::{EpisodeHandle, EpisodeSpec, Usage};
+pub use policy::RequestPolicy;
 
 use crate::provider::ApiKind;
-use crate::server::{HttpServer, StartError};
+use crate::server::{HttpServer, ServerLimits, StartError};
 
 /// The real model provider the gateway forwards to.
 #[derive(Clone)]
@@ -151,17 +224,52 @@ pub struct GatewayConfig {
     pub unix_socket: Option<PathBuf>,
     /// The model ids `GET /v1/models` lists.
     pub models: Vec<String>,
+    /// What is forwarded: the model, the provider-side tools enabled.
+    pub policy: RequestPolicy,
+    /// Bounds on requests and connections.
+    pub limits: GatewayLimits,
 }
 
 impl GatewayConfig {
-    /// A gateway for `upstream` on a free loopback port, with no Unix socket and
-    /// an empty model list.
+    /// A gateway for `upstream` on a free loopback port, with no Unix socket, an
+    /// empty model list, a policy that keeps the agent's model and enables no
+    /// provider-side tool, and the default limits.
     pub fn new(upstream: UpstreamConfig) -> GatewayConfig {
         GatewayConfig {
             upstream,
             listen_tcp: None,
             unix_socket: None,
             models: Vec::new(),
+            policy: RequestPolicy::default(),
+            limits: GatewayLimits::default(),
+        }
+    }
+}
+
+/// Bounds on what one request and one listener may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayLimits {
+    /// The largest request body read (long agent contexts are large); a larger
+    /// one is refused with 413 before it is parsed.
+    pub max_request_bytes: usize,
+    /// How long a request body may take to arrive.
+    pub body_read_timeout: Duration,
+    /// How long a client may take to send a request's headers (an idle
+    /// keep-alive connection is closed after this long).
+    pub header_read_timeout: Duration,
+    /// Connections served at once per listener.
+    pub max_connections: usize,
+}
+
+impl Default for GatewayLimits {
+    /// 16 MiB bodies read within 60 s, headers within 30 s, 512 connections.
+    fn default() -> Self {
+        let server = ServerLimits::default();
+        GatewayLimits {
+            max_request_bytes: 16 << 20,
+            body_read_timeout: Duration::from_secs(60),
+            header_read_timeout: server.header_read_timeout,
+            max_connections: server.max_connections,
         }
     }
 }
@@ -200,6 +308,9 @@ pub enum GatewayError {
     /// No random episode token could be made.
     #[error("cannot generate an episode token: {0}")]
     Token(#[source] io::Error),
+    /// The trajectory writer thread could not start.
+    #[error("cannot start the trajectory writer: {0}")]
+    Writer(#[source] io::Error),
 }
 
 /// The running model gateway. See the [module docs](self).
@@ -214,7 +325,12 @@ impl Gateway {
     /// Binds the listeners and starts serving.
     pub fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
         let upstream = upstream::Upstream::new(&config.upstream)?;
-        let shared = Arc::new(handler::Shared::new(upstream, config.models));
+        let shared = Arc::new(handler::Shared::new(
+            upstream,
+            config.models,
+            config.policy,
+            config.limits,
+        )?);
         let listen = config
             .listen_tcp
             .unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
@@ -223,6 +339,10 @@ impl Gateway {
             handler::router(shared.clone()),
             listen,
             config.unix_socket.as_deref(),
+            ServerLimits {
+                header_read_timeout: config.limits.header_read_timeout,
+                max_connections: config.limits.max_connections,
+            },
         )?;
         Ok(Gateway { server, shared })
     }
@@ -253,11 +373,27 @@ impl Gateway {
         self.shared.api()
     }
 
+    /// The request policy.
+    pub fn policy(&self) -> &RequestPolicy {
+        self.shared.policy()
+    }
+
     /// Opens an episode: makes its token and opens (appending, creating parent
-    /// directories) its trajectory file. The token works until the handle is
-    /// closed or dropped.
+    /// directories) its trajectory file, whose last component must be a regular
+    /// file or nothing (a symbolic link is refused). The token works until the
+    /// handle is closed or dropped.
     pub fn open_episode(&self, spec: EpisodeSpec) -> Result<EpisodeHandle, GatewayError> {
-        self.shared.open_episode(spec)
+        self.shared.open_episode(spec, None)
+    }
+
+    /// Opens an episode whose trajectory is `file`, already open for appending
+    /// (`spec.trajectory_path` only names it in messages).
+    pub fn open_episode_in(
+        &self,
+        spec: EpisodeSpec,
+        file: std::fs::File,
+    ) -> Result<EpisodeHandle, GatewayError> {
+        self.shared.open_episode(spec, Some(file))
     }
 
     /// Stops accepting connections, lets responses in flight finish for a few

@@ -25,9 +25,6 @@ const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 /// How long connecting may take, within the request timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Client request headers passed on upstream (besides the ones set here).
-const FORWARDED_REQUEST_HEADERS: &[&str] = &["accept", "anthropic-version", "anthropic-beta"];
-
 /// Why no upstream response could be had.
 #[derive(Debug)]
 pub(crate) enum SendError {
@@ -118,11 +115,12 @@ impl Upstream {
         self.key_text.as_deref()
     }
 
-    /// Sends `body`, retrying 429, 5xx and connection failures, and returns the
-    /// response once its headers have arrived. The body is the caller's to read.
+    /// Sends `body` with the client headers the policy let through, retrying
+    /// 429, 5xx and connection failures, and returns the response once its
+    /// headers have arrived. The body is the caller's to read.
     pub(crate) async fn send(
         &self,
-        client_headers: &HeaderMap,
+        client_headers: &[(&'static str, HeaderValue)],
         body: Bytes,
     ) -> Result<Response<Incoming>, SendError> {
         let mut attempt = 0u32;
@@ -165,15 +163,17 @@ impl Upstream {
             .min(self.max_delay)
     }
 
-    fn request(&self, client_headers: &HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+    fn request(
+        &self,
+        client_headers: &[(&'static str, HeaderValue)],
+        body: Bytes,
+    ) -> Request<Full<Bytes>> {
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.url.clone();
         let headers = request.headers_mut();
-        for name in FORWARDED_REQUEST_HEADERS {
-            if let Some(value) = client_headers.get(*name) {
-                headers.insert(HeaderName::from_static(name), value.clone());
-            }
+        for (name, value) in client_headers {
+            headers.insert(HeaderName::from_static(name), value.clone());
         }
         headers.insert(
             header::CONTENT_TYPE,

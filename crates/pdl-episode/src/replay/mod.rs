@@ -41,7 +41,7 @@ use serde_json::Value;
 pub use script::{Conversation, ReplayScript, Reply, ReplyUsage, ToolCall};
 
 use crate::provider::{error_response, json_response, models_body, not_found, ApiKind, ErrorKind};
-use crate::server::{HttpServer, StartError};
+use crate::server::{HttpServer, ServerLimits, StartError};
 use render::Rendered;
 
 /// The largest request body accepted.
@@ -160,7 +160,13 @@ impl ReplayServer {
             .fallback(fallback)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(state);
-        let server = HttpServer::start("pdl-replay", router, config.listen, None)?;
+        let server = HttpServer::start(
+            "pdl-replay",
+            router,
+            config.listen,
+            None,
+            ServerLimits::default(),
+        )?;
         Ok(ReplayServer { server })
     }
 

@@ -49,7 +49,7 @@ impl Answer {
     /// The SSE data payloads, parsed; `[DONE]` as the string "[DONE]".
     pub fn events(&self) -> Vec<Value> {
         let mut parser = SseParser::new();
-        let mut events = parser.push(&self.body);
+        let mut events = parser.push(&self.body).expect("events within the bound");
         events.extend(parser.finish());
         events
             .into_iter()
@@ -63,6 +63,7 @@ impl Answer {
         let mut parser = SseParser::new();
         parser
             .push(&self.body)
+            .expect("events within the bound")
             .into_iter()
             .filter_map(|e| e.event)
             .collect()
@@ -199,5 +200,117 @@ impl Drop for TestServer {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_timeout(Duration::from_secs(1));
         }
+    }
+}
+
+/// What a [`CountingUpstream`] received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub bytes: usize,
+}
+
+/// A test upstream that bills like an honest provider: input = its request
+/// bytes / 4 (never more tokens than bytes), output = the whole cap it was
+/// sent (the worst case a real model can produce) times `n`, or 5 000 when
+/// no cap was sent. A message containing `SLOW` is answered after `delay`.
+/// It records every request and the most it served at once.
+pub struct CountingUpstream {
+    pub server: TestServer,
+    pub received: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+    pub peak_concurrency: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingUpstream {
+    pub fn start(delay: Duration) -> CountingUpstream {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let peak = Arc::new(AtomicUsize::new(0));
+        let current = Arc::new(AtomicUsize::new(0));
+        let (log, peak2) = (received.clone(), peak.clone());
+        let handler = move |uri: axum::http::Uri, headers: HeaderMap, raw: Bytes| {
+            let (log, peak, current) = (log.clone(), peak2.clone(), current.clone());
+            async move {
+                let now = current.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                log.lock().unwrap().push(Received {
+                    path: uri.path().to_string(),
+                    headers,
+                    body: body.clone(),
+                    bytes: raw.len(),
+                });
+                if String::from_utf8_lossy(&raw).contains("SLOW") {
+                    tokio::time::sleep(delay).await;
+                }
+                current.fetch_sub(1, Ordering::SeqCst);
+                let anthropic = uri.path().ends_with("/messages");
+                let cap = body
+                    .get("max_completion_tokens")
+                    .or_else(|| body.get("max_tokens"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(5000);
+                let n = body.get("n").and_then(Value::as_u64).unwrap_or(1);
+                let (input, output) = ((raw.len() / 4) as u64, cap * n);
+                let model = body["model"].clone();
+                let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+                let (content_type, text) = match (anthropic, stream) {
+                    (false, false) => (
+                        "application/json",
+                        serde_json::json!({"id": "c", "object": "chat.completion", "model": model,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                            "usage": {"prompt_tokens": input, "completion_tokens": output}})
+                        .to_string(),
+                    ),
+                    (true, false) => (
+                        "application/json",
+                        serde_json::json!({"id": "m", "type": "message", "role": "assistant", "model": model,
+                            "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                            "usage": {"input_tokens": input, "output_tokens": output}})
+                        .to_string(),
+                    ),
+                    (false, true) => {
+                        let mut events = vec![serde_json::json!({"choices": [{"index": 0, "delta": {"content": "ok"}}], "model": model})];
+                        if body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)) {
+                            events.push(serde_json::json!({"choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}}));
+                        }
+                        let mut text: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+                        text.push_str("data: [DONE]\n\n");
+                        ("text/event-stream", text)
+                    }
+                    (true, true) => {
+                        let events = [
+                            ("message_start", serde_json::json!({"type": "message_start", "message": {"model": model, "usage": {"input_tokens": input, "output_tokens": 1}}})),
+                            ("content_block_delta", serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}})),
+                            ("message_delta", serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": output}})),
+                            ("message_stop", serde_json::json!({"type": "message_stop"})),
+                        ];
+                        let text = events.iter().map(|(n, e)| format!("event: {n}\ndata: {e}\n\n")).collect();
+                        ("text/event-stream", text)
+                    }
+                };
+                ([("content-type", content_type)], text)
+            }
+        };
+        let router = axum::Router::new()
+            .route("/v1/chat/completions", axum::routing::post(handler.clone()))
+            .route("/v1/messages", axum::routing::post(handler))
+            .layer(axum::extract::DefaultBodyLimit::max(256 << 20));
+        CountingUpstream {
+            server: TestServer::start(router),
+            received,
+            peak_concurrency: peak,
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        self.server.base_url()
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
     }
 }

@@ -209,12 +209,13 @@ fn table_end(out: &mut String) {
     out.push_str("</tbody></table></div>\n");
 }
 
-const FIGURES: [&str; 6] = [
+const FIGURES: [&str; 7] = [
     "Episodes",
     "Reward",
     "95% CI",
     "Out of budget",
     "Harness errors",
+    "Re-runs",
     "Landed rungs",
 ];
 
@@ -227,6 +228,7 @@ fn figures(row: Row, s: &Stats) -> Row {
             &of(s.budget_exhausted, s.episodes),
         )
         .num(Some(s.harness_errors as f64), &s.harness_errors.to_string())
+        .num(Some(s.reruns as f64), &s.reruns.to_string())
         .text(&counts(&s.landed_rungs))
 }
 

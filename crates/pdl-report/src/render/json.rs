@@ -28,7 +28,8 @@ fn value<T: Serialize + ?Sized>(t: &T) -> Value {
 ///                "agents": [str], "samples": int|null, "tasks": [str], "settings": any},
 ///   "counts": {"lines", "malformed", "torn_line" (int|null), "records",
 ///              "calibration_records", "episode_records", "duplicates", "episodes",
-///              "harness_errors", "ignored_records", "expected_episodes" (int|null),
+///              "harness_errors", "ignored_records", "implausible",
+///              "expected_episodes" (int|null),
 ///              "calibration": CALIBRATION_COUNTS},
 ///   "overall":  [{"agent", "model", "tasks", "calibration": CALIBRATION_COUNTS, ...STATS}],
 ///   "by_tier":  [{"tier", "agent", "model", "tasks", "calibration": CALIBRATION_COUNTS, ...STATS}],
@@ -42,12 +43,12 @@ fn value<T: Serialize + ?Sized>(t: &T) -> Value {
 ///                 "tokens_in", "tokens_out", "token_budget", "steps", "wall_s",
 ///                 "landed_rung", "trajectory", "trajectory_exists", "patch",
 ///                 "patch_exists", "patch_error", "log", "log_exists", "error",
-///                 "line"}],
+///                 "reruns", "line"}],
 ///   "warnings": [{"file", "line" (int|null), "message"}]
 /// }
 ///
 /// CALIBRATION_COUNTS = {"calibrated": int, "uncalibrated": int, "not_run": int}
-/// STATS = "episodes", "scored", "harness_errors": int,
+/// STATS = "episodes", "scored", "harness_errors", "reruns": int,
 ///         "mean_reward": float|null, "ci95": {"lo", "hi"}|null,
 ///         "end_reasons": {reason: int}, "budget_exhausted": int,
 ///         "verdicts": {verdict: int}, "mean_tokens_in", "mean_tokens_out": float|null,

@@ -35,13 +35,14 @@ fn row(out: &mut String, cells: &[String]) {
 }
 
 /// Columns aligned to the right.
-const NUMERIC: [&str; 12] = [
+const NUMERIC: [&str; 13] = [
     "Tasks",
     "Episodes",
     "Reward",
     "95% CI",
     "Out of budget",
     "Harness errors",
+    "Re-runs",
     "Tokens in",
     "Tokens out",
     "Sample",
@@ -66,16 +67,18 @@ fn figures(s: &Stats) -> Vec<String> {
         interval(s.ci95),
         of(s.budget_exhausted, s.episodes),
         s.harness_errors.to_string(),
+        s.reruns.to_string(),
         md(&counts(&s.landed_rungs)),
     ]
 }
 
-const FIGURES: [&str; 6] = [
+const FIGURES: [&str; 7] = [
     "Episodes",
     "Reward",
     "95% CI",
     "Out of budget",
     "Harness errors",
+    "Re-runs",
     "Landed rungs",
 ];
 

@@ -32,8 +32,15 @@ pub const HTML_FILE: &str = "index.html";
 /// needed), with links relative to `out_dir`. Each file is written to a temporary
 /// name and renamed into place. Returns the paths written.
 pub fn write_all(report: &RunReport, out_dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
-    std::fs::create_dir_all(out_dir)
-        .map_err(|e| ReportError::new(out_dir, ReportErrorKind::Write(e)))?;
+    // Inside the run folder no link is followed, the report folder included;
+    // a folder elsewhere is the caller's choice and opened as named.
+    let dir = match out_dir.strip_prefix(&report.run_dir) {
+        Ok(rel) if !rel.as_os_str().is_empty() => {
+            pdl_fs::Dir::open(&report.run_dir).and_then(|run| run.open_dir(rel, true))
+        }
+        _ => pdl_fs::Dir::create(out_dir),
+    }
+    .map_err(|e| ReportError::new(out_dir, ReportErrorKind::Write(e.into())))?;
     let prefix = prefix_from(out_dir, &report.run_dir);
     let mut json = serde_json::to_string_pretty(&to_json(report))
         .map_err(|e| ReportError::new(out_dir.join(JSON_FILE), ReportErrorKind::Write(e.into())))?;
@@ -45,11 +52,11 @@ pub fn write_all(report: &RunReport, out_dir: &Path) -> Result<Vec<PathBuf>, Rep
     ];
     let mut written = Vec::new();
     for (name, content) in files {
+        // Written beside and renamed over: a link planted at the name is
+        // replaced, never followed.
         let path = out_dir.join(name);
-        let tmp = out_dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, content)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| ReportError::new(&path, ReportErrorKind::Write(e)))?;
+        dir.write_atomic(Path::new(name), content.as_bytes())
+            .map_err(|e| ReportError::new(&path, ReportErrorKind::Write(e.into())))?;
         written.push(path);
     }
     Ok(written)

@@ -30,16 +30,18 @@ fn figures(s: &Stats) -> Vec<String> {
         interval(s.ci95),
         of(s.budget_exhausted, s.episodes),
         s.harness_errors.to_string(),
+        s.reruns.to_string(),
         counts(&s.landed_rungs),
     ]
 }
 
-const FIGURES: [&str; 6] = [
+const FIGURES: [&str; 7] = [
     "Episodes",
     "Reward",
     "95% CI",
     "Out of budget",
     "Harness errors",
+    "Re-runs",
     "Landed rungs",
 ];
 
@@ -62,7 +64,7 @@ pub fn render_table(report: &RunReport) -> String {
         report.counts.calibration.summary(),
     );
 
-    let numeric: Vec<usize> = (4..9).collect();
+    let numeric: Vec<usize> = (4..10).collect();
     let mut header = vec!["Task", "Tier", "Agent", "Model"];
     header.extend(FIGURES);
     header.push("Calibration");

@@ -6,8 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
 use pdl_episode::campaign::{run_campaign, AgentSpec, CampaignEvent, CampaignSettings};
-use pdl_episode::{ApiKind, UpstreamConfig};
-use pdl_grader::Verdict;
+use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
 
 use crate::cli::{ApiChoice, Format, RunCampaignArgs};
 use crate::commands::{report_load_errors, select};
@@ -22,6 +21,15 @@ fn seconds(value: f64, flag: &str) -> Result<Duration, ExitError> {
         Err(ExitError::usage(anyhow::anyhow!(
             "{flag} must be a positive number of seconds, not {value}"
         )))
+    }
+}
+
+fn max_request_bytes(mib: usize) -> Result<usize, ExitError> {
+    match mib.checked_mul(1 << 20) {
+        Some(bytes) if (1..=1024).contains(&mib) => Ok(bytes),
+        _ => Err(ExitError::usage(anyhow::anyhow!(
+            "--max-request-mib must be from 1 to 1024, not {mib}"
+        ))),
     }
 }
 
@@ -84,6 +92,19 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         wall_time: seconds(args.episode_timeout, "--episode-timeout")?,
         shell_timeout: seconds(args.shell_timeout, "--shell-timeout")?,
     };
+    let mut allowed_provider_tools = std::collections::BTreeSet::new();
+    for name in &args.allow_provider_tools {
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(ExitError::usage(anyhow::anyhow!(
+                "--allow-provider-tool takes a tool name such as `web_search`, not `{name}`"
+            )));
+        }
+        allowed_provider_tools.insert(name.clone());
+    }
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     report_load_errors(&ds.errors);
@@ -98,6 +119,11 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         limits,
         keep_workspaces: args.keep_workspaces,
         dataset: ds.source.clone(),
+        allowed_provider_tools,
+        gateway_limits: GatewayLimits {
+            max_request_bytes: max_request_bytes(args.max_request_mib)?,
+            ..GatewayLimits::default()
+        },
     };
     let mut bar = None;
     let outcome = run_campaign(
@@ -128,6 +154,10 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
                     b.set_message(format!("{} {:.3}", record.instance_id, record.reward));
                 }
             }
+            CampaignEvent::Warning(message) => match &bar {
+                Some(b) => b.println(format!("warning: {message}")),
+                None => eprintln!("warning: {message}"),
+            },
         },
     )
     .context("the campaign could not run")?;
@@ -154,10 +184,9 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
             );
         }
     }
-    let harness_errors = outcome
-        .records
-        .iter()
-        .any(|r| r.verdict == Verdict::HarnessError);
+    // Counted after de-duplication: a harness error run again is replaced by
+    // its later record.
+    let harness_errors = report.counts.harness_errors > 0;
     Ok(if harness_errors {
         exit::FAILURES
     } else {

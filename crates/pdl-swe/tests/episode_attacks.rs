@@ -1,0 +1,543 @@
+//! Hostile agents and tampered run folders, end to end: the real binary runs
+//! campaigns on the fixture task with the agents of `tests/fixtures/agents/`
+//! (each one attack of the episode red-team report) against a logging
+//! stand-in for the real provider (`upstream.py`), or against the replay model.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use pdl_episode::{ReplayConfig, ReplayScript, ReplayServer};
+use serde_json::{json, Value};
+
+const TASK: &str = "pdl_fixture_calc_001";
+const BUDGET: u64 = 10_000;
+const MODEL: &str = "gpt-eval";
+const REAL_KEY: &str = "sk-real-upstream-key-0123456789";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn agents() -> PathBuf {
+    fixtures().join("agents")
+}
+
+/// The logging upstream, stopped (by its own pid) when dropped.
+struct Upstream {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Upstream {
+    fn start(dir: &Path) -> Upstream {
+        let log = dir.join("upstream.jsonl");
+        let mut child = Command::new("python3")
+            .arg(agents().join("upstream.py"))
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the test upstream");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the upstream prints its port");
+        Upstream { child, port, log }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_args(base_url: &str, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "--dataset",
+        &fixtures().join("tasks").display().to_string(),
+        "--task",
+        TASK,
+        "--model",
+        MODEL,
+        "--base-url",
+        base_url,
+        "--api",
+        "openai",
+        "--api-key-env",
+        "PDL_TEST_REAL_KEY",
+        "--out",
+        &out.display().to_string(),
+        "--test-timeout",
+        "30",
+        "--agent-path",
+        &agents().display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn pdl_swe(args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .args(args)
+        .env("PDL_TEST_REAL_KEY", REAL_KEY)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn records(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("results.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn episodes(run_dir: &Path) -> Vec<Value> {
+    records(run_dir)
+        .into_iter()
+        .filter(|r| r["kind"] == "episode")
+        .collect()
+}
+
+fn episode_of<'a>(eps: &'a [Value], script: &str) -> &'a Value {
+    eps.iter()
+        .find(|e| e["episode"]["agent"].as_str().unwrap().contains(script))
+        .unwrap_or_else(|| panic!("no episode of {script}"))
+}
+
+fn agent_cmd(script: &str) -> String {
+    format!("python3 {}", agents().join(script).display())
+}
+
+/// Request fields the gateway may forward to an OpenAI upstream.
+const OPENAI_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "response_format",
+    "seed",
+    "reasoning_effort",
+    "verbosity",
+];
+
+#[test]
+fn hostile_agents_stay_within_the_budget_and_the_campaigns_model_and_features() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(dir.path());
+    let out = dir.path().join("run");
+    let (race, features, abandon, bloat) = (
+        agent_cmd("race.py"),
+        agent_cmd("features.py"),
+        agent_cmd("abandon.py"),
+        agent_cmd("bloat.py"),
+    );
+    let run = pdl_swe(&run_args(
+        &upstream.base_url(),
+        &out,
+        &[
+            "--agent-cmd",
+            &race,
+            "--agent-cmd",
+            &features,
+            "--agent-cmd",
+            &abandon,
+            "--agent-cmd",
+            &bloat,
+            "-j",
+            "4",
+        ],
+    ));
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 4, "{}", text(&run));
+    for e in &eps {
+        let ep = &e["episode"];
+        let total = ep["tokens_in"].as_u64().unwrap() + ep["tokens_out"].as_u64().unwrap();
+        assert!(
+            total <= BUDGET,
+            "{}: {total} tokens of {BUDGET}",
+            ep["agent"]
+        );
+        assert_eq!(ep["overrun_tokens"], 0, "{ep}");
+        assert_eq!(ep["model"], MODEL);
+    }
+
+    // What reached the provider: only the campaign's model, only listed
+    // fields, no provider-side tool, no beta or account header.
+    let requests = upstream.requests();
+    assert!(!requests.is_empty());
+    for r in &requests {
+        let body = r["body"].as_object().unwrap();
+        assert_eq!(body["model"], MODEL, "{r}");
+        for field in body.keys() {
+            assert!(
+                OPENAI_FIELDS.contains(&field.as_str()),
+                "{field} was forwarded"
+            );
+        }
+        assert!(body.get("tools").is_none(), "{r}");
+        let headers: BTreeSet<String> = r["headers"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.to_ascii_lowercase())
+            .collect();
+        for name in ["anthropic-beta", "accept", "openai-organization"] {
+            assert!(!headers.contains(name), "{name} was forwarded: {r}");
+        }
+        assert_eq!(r["headers"]["authorization"], format!("Bearer {REAL_KEY}"));
+        assert!(
+            body.get("max_tokens")
+                .or(body.get("max_completion_tokens"))
+                .is_some_and(Value::is_u64),
+            "every request carries an integer cap: {r}"
+        );
+    }
+    let of = |marker: &str| -> Vec<&Value> {
+        requests
+            .iter()
+            .filter(|r| r["body"].to_string().contains(marker))
+            .collect()
+    };
+
+    // Finding #2: the race. What the provider was allowed to produce for the
+    // calls it got, plus the input it billed, fits in the budget.
+    let race_calls = of("race-");
+    assert!(!race_calls.is_empty() && race_calls.len() < 40);
+    let allowed: u64 = race_calls
+        .iter()
+        .map(|r| r["body"]["max_tokens"].as_u64().unwrap() + r["bytes"].as_u64().unwrap() / 4)
+        .sum();
+    assert!(allowed <= BUDGET, "{allowed}");
+    let race_ep = &episode_of(&eps, "race.py")["episode"];
+    assert!(race_ep["refused_calls"].as_u64().unwrap() >= 1, "{race_ep}");
+
+    // Findings #4, #5, #6: odd caps and provider tools never went upstream;
+    // the model swap went with the campaign's model and no account fields.
+    assert!(of("features-")
+        .iter()
+        .all(|r| r["body"]["messages"][0]["content"] == "features-swap"));
+    assert_eq!(of("features-swap").len(), 1);
+    let features_ep = &episode_of(&eps, "features.py")["episode"];
+    assert!(
+        features_ep["refused_calls"].as_u64().unwrap() >= 9,
+        "{features_ep}"
+    );
+    let trajectory =
+        std::fs::read_to_string(out.join(features_ep["trajectory"].as_str().unwrap())).unwrap();
+    let swap = trajectory
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["refused"] == false)
+        .unwrap();
+    assert_eq!(swap["requested_model"], "o3-pro-EXPENSIVE");
+    assert_eq!(
+        swap["dropped"]["fields"],
+        json!(["metadata", "service_tier", "store"])
+    );
+
+    // Finding #7: calls the agent hung up on are charged their reservation.
+    let abandon_ep = &episode_of(&eps, "abandon.py")["episode"];
+    assert_eq!(abandon_ep["abandoned_calls"], 2, "{abandon_ep}");
+    assert!(
+        abandon_ep["tokens_out"].as_u64().unwrap() >= 5_000,
+        "{abandon_ep}"
+    );
+
+    // Findings #8 and #10: big refused bodies are neither parsed nor stored.
+    assert!(of("AAAA").is_empty() && of("BBBB").is_empty());
+    let bloat_ep = &episode_of(&eps, "bloat.py")["episode"];
+    let log = std::fs::read_to_string(out.join(bloat_ep["log"].as_str().unwrap())).unwrap();
+    assert!(log.contains("@@ bloat"), "{log}");
+    let size = std::fs::metadata(out.join(bloat_ep["trajectory"].as_str().unwrap()))
+        .unwrap()
+        .len();
+    assert!(
+        size < 256 << 10,
+        "a {size}-byte trajectory for refused calls"
+    );
+    assert!(
+        bloat_ep["refused_calls"].as_u64().unwrap() >= 7,
+        "{bloat_ep}"
+    );
+
+    // The real key reached only the upstream.
+    for e in &eps {
+        let t = std::fs::read_to_string(out.join(e["episode"]["trajectory"].as_str().unwrap()))
+            .unwrap();
+        assert!(!t.contains(REAL_KEY));
+    }
+    let campaign: Value =
+        serde_json::from_slice(&std::fs::read(out.join("campaign.json")).unwrap()).unwrap();
+    assert_eq!(campaign["allowed_provider_tools"], json!([]));
+}
+
+fn idle_model() -> ReplayServer {
+    let text = json!({"conversations": [{"replies": [{"content": "unused"}]}]}).to_string();
+    ReplayServer::start(ReplayConfig::new(
+        ReplayScript::parse(&text, Path::new("idle.json")).unwrap(),
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_symlinked_results_file_is_refused_and_its_target_left_untouched() {
+    // Finding #17.
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    std::fs::create_dir(&out).unwrap();
+    let victim = dir.path().join("victim.txt");
+    let original = "important line 1\nimportant line 2 without newline";
+    std::fs::write(&victim, original).unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("results.jsonl")).unwrap();
+    let run = pdl_swe(&run_args(&model.base_url(), &out, &["--agent-cmd", "true"]));
+    assert_ne!(run.status.code(), Some(0), "{}", text(&run));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("results.jsonl") && stderr.contains("symbolic link"),
+        "{}",
+        text(&run)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), original);
+
+    // A linked folder inside the run folder is not written through either.
+    let out = dir.path().join("run2");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, out.join("trajectories")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, out.join("report")).unwrap();
+    let run = pdl_swe(&run_args(&model.base_url(), &out, &["--agent-cmd", "true"]));
+    let e = &episodes(&out)[0];
+    assert_eq!(e["verdict"], "harness_error", "{}", text(&run));
+    assert!(
+        e["detail"].as_str().unwrap().contains("trajectories"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
+#[test]
+fn forged_records_are_ignored_with_a_warning_on_resume() {
+    // Finding #18.
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let args = run_args(&model.base_url(), &out, &["--agent-cmd", "true"]);
+    let first = pdl_swe(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let lines: Vec<Value> = records(&out);
+    let real = lines
+        .iter()
+        .find(|r| r["kind"] == "episode")
+        .unwrap()
+        .clone();
+    assert_eq!(real["reward"], 0.2);
+    // The episode's own record turned into reward 5.0, and a record with a
+    // plausible reward but a key no episode of the campaign has.
+    let mut forged = real.clone();
+    forged["reward"] = json!(5.0);
+    let mut stranger = real.clone();
+    stranger["reward"] = json!(1.0);
+    stranger["components"] =
+        json!({"hidden_pass_fraction": 1.0, "public_regression": 1.0, "build_health": 1.0});
+    stranger["episode"]["key"] = json!("0123456789abcdef0123");
+    let mut text_lines: Vec<String> = lines
+        .iter()
+        .filter(|r| r["kind"] != "episode")
+        .map(Value::to_string)
+        .collect();
+    text_lines.push(forged.to_string());
+    text_lines.push(stranger.to_string());
+    text_lines.push("this line is not a record".into());
+    std::fs::write(out.join("results.jsonl"), text_lines.join("\n") + "\n").unwrap();
+
+    let resumed = pdl_swe(&args);
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        stderr.contains("reward 5 is not a number in [0, 1]"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is not the key of sample 0"), "{stderr}");
+    assert!(
+        stderr.contains("line ") && stderr.contains("not a result record"),
+        "{stderr}"
+    );
+    // The episode ran again and the report shows its real reward.
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 3);
+    assert_eq!(eps[2]["reward"], 0.2);
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report/report.json")).unwrap()).unwrap();
+    assert_eq!(report["overall"][0]["mean_reward"], 0.2, "{report}");
+    let warnings = report["warnings"].to_string();
+    assert!(warnings.contains("reward 5"), "{warnings}");
+    assert!(
+        warnings.contains("is not one of the campaign's episodes"),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn only_harness_errors_are_run_again_and_reports_count_the_reruns() {
+    // Resume attribution: an agent-caused failure is final; a harness error is
+    // run again, and the new record keeps the first outcome.
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let args = run_args(
+        &model.base_url(),
+        &out,
+        &["--agent-cmd", "true", "--samples", "2"],
+    );
+    let first = pdl_swe(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let mut lines = records(&out);
+    let zero = json!({"hidden_pass_fraction": 0.0, "public_regression": 0.0, "build_health": 0.0});
+    for r in lines.iter_mut().filter(|r| r["kind"] == "episode") {
+        let (verdict, detail) = if r["episode"]["sample"] == 0 {
+            ("harness_error", "the sandbox could not start")
+        } else {
+            ("policy_violation", "the agent changed a forbidden path")
+        };
+        r["verdict"] = json!(verdict);
+        r["detail"] = json!(detail);
+        r["reward"] = json!(0.0);
+        r["components"] = zero.clone();
+    }
+    let text_lines: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(out.join("results.jsonl"), text_lines.join("\n") + "\n").unwrap();
+
+    let resumed = pdl_swe(&args);
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 3, "only the harness error ran again");
+    let rerun = &eps[2];
+    assert_eq!(rerun["episode"]["sample"], 0);
+    assert_eq!(rerun["verdict"], "graded");
+    assert_eq!(rerun["episode"]["rerun_of"]["verdict"], "harness_error");
+    assert_eq!(
+        rerun["episode"]["previous_outcomes"][0]["detail"],
+        "the sandbox could not start"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report/report.json")).unwrap()).unwrap();
+    let overall = &report["overall"][0];
+    assert_eq!(overall["reruns"], 1, "{overall}");
+    assert_eq!(
+        overall["episodes"], 2,
+        "the later record replaces the earlier"
+    );
+    assert_eq!(overall["harness_errors"], 0);
+    assert_eq!(
+        overall["mean_reward"], 0.1,
+        "mean of 0.2 (re-run) and 0.0 (policy)"
+    );
+    assert!(String::from_utf8_lossy(&resumed.stdout).contains("Re-runs"));
+    let markdown = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    let html = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+    assert!(markdown.contains("Re-runs") && html.contains("Re-runs"));
+}
+
+#[test]
+fn the_builtin_file_tools_never_write_through_a_planted_link() {
+    // Review finding 3: a dangling link, and a link to a folder outside.
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let call = |name: &str, arguments: Value| json!({"tool_calls": [{"name": name, "arguments": arguments}]});
+    let replies = json!([
+        call(
+            "run_shell",
+            json!({"command": format!(
+            "ln -s {o}/planted.txt src/evil.py && ln -s {o} src/outdir", o = outside.display())})
+        ),
+        call(
+            "replace_in_file",
+            json!({"path": "src/evil.py", "old_text": "", "new_text": "pwned\n"})
+        ),
+        call(
+            "replace_in_file",
+            json!({"path": "src/outdir/new.py", "old_text": "", "new_text": "pwned\n"})
+        ),
+        call("view_file", json!({"path": "src/outdir"})),
+        call("finish", json!({})),
+    ]);
+    let text_script = json!({"conversations": [{"replies": replies}]}).to_string();
+    let model = ReplayServer::start(ReplayConfig::new(
+        ReplayScript::parse(&text_script, Path::new("links.json")).unwrap(),
+    ))
+    .unwrap();
+    let out = dir.path().join("run");
+    let mut args = run_args(&model.base_url(), &out, &["--agent", "builtin"]);
+    // The replay model answers whatever model the gateway names.
+    args.iter_mut()
+        .filter(|a| *a == MODEL)
+        .for_each(|a| *a = "replay".into());
+    let run = pdl_swe(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "a tool wrote outside"
+    );
+    let e = &episodes(&out)[0];
+    let trajectory =
+        std::fs::read_to_string(out.join(e["episode"]["trajectory"].as_str().unwrap())).unwrap();
+    let refusals = trajectory
+        .matches("is a symbolic link or passes through one")
+        .count();
+    assert!(refusals >= 3, "{trajectory}");
+    // The links themselves are a policy violation of the workspace.
+    assert_eq!(e["verdict"], "policy_violation", "{e}");
+}
