@@ -837,7 +837,18 @@ impl EpisodeContext<'_> {
         episode["wall_s"] = json!(run.wall_s);
         episode["error"] = json!(run.error);
         episode["summary"] = json!(run.summary);
-        match final_patch(&task.row.files, workspace, scratch) {
+        let policy = pdl_grader::PatchPolicy::new(
+            &task.row.patch_policy_allowed,
+            &task.row.patch_policy_forbidden,
+        )
+        .map_err(|e| format!("task defect: {e}"))?;
+        match final_patch(
+            &task.row.files,
+            &policy,
+            workspace,
+            scratch,
+            &pdl_grader::changes::TreeLimits::default(),
+        ) {
             Ok(patch) => {
                 self.dir
                     .write(&paths.patch, patch.as_bytes())
@@ -875,6 +886,7 @@ fn harness_error_record(task: &Task, job: &Job<'_>, model: &str, message: String
         collection_errors: Vec::new(),
         duration_s: 0.0,
         provenance: Default::default(),
+        suspicious: Vec::new(),
         episode: None,
     };
     record.provenance.harness_version = pdl_grader::HARNESS_VERSION.into();

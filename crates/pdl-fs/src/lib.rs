@@ -22,6 +22,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod walk;
+
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};

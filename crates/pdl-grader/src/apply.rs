@@ -1,57 +1,57 @@
-//! Applying patches to a graded tree ([`apply_patch`]), all or nothing, through
-//! `git apply`: first exactly, then with `--recount`, then with one line of
-//! context (`-C1`). `git apply` copes with offsets, new, deleted and renamed
-//! files, modes and binary sections, and changes nothing when any section fails.
+//! Applying a submitted patch ([`apply_in_sandbox`]): `git apply` on a scratch
+//! copy of the pristine tree, inside the sandbox, as the sandbox's user, with
+//! its limits; exactly, then with `--recount`, then with one line of context
+//! (`-C1`), all or nothing. Whatever git does there (it may follow the patch
+//! wherever the patch leads it) stays in the scratch copy, which the grader then
+//! reads without following anything ([`crate::changes::police_tree`]).
+//!
+//! git runs with no configuration but the harness's: no system or global
+//! config, no attributes file, no hooks, no bare repository discovered by
+//! accident, and no repository around the scratch tree.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-use pdl_task::diff::PatchSet;
+use pdl_sandbox::{ProcessRunner, ResourceLimits, RunStatus, SandboxCommand};
 
-/// A patch that did not apply.
+/// A patch that did not apply, or could not be tried.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
-    /// `git` could not be started.
-    #[error("cannot run git ({0}); install git to grade patches")]
-    GitUnavailable(String),
     /// Every attempt was refused; the message is git's own, from the last attempt.
     #[error("{0}")]
     Rejected(String),
+    /// The apply step ran out of time or memory: the patch's doing.
+    #[error("{0}")]
+    Exhausted(String),
+    /// The sandbox or git could not be started: the harness's fault.
+    #[error("{0}")]
+    Infrastructure(String),
 }
 
-impl ApplyError {
-    /// True when the harness, not the patch, is at fault.
-    pub fn is_infrastructure(&self) -> bool {
-        matches!(self, ApplyError::GitUnavailable(_))
-    }
-}
+/// The script the sandbox runs: three attempts, stopping at the first that
+/// applies. `$1` is the patch file.
+const APPLY_SCRIPT: &str = r#"
+set -u
+git="git -c safe.bareRepository=explicit -c core.attributesFile=/dev/null -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.symlinks=true"
+for extra in "" "--recount" "--recount -C1"; do
+  if $git apply --whitespace=nowarn -p"$2" $extra "$1" 2>/tmp/apply.err; then
+    exit 0
+  fi
+done
+sed 's/^/git: /' /tmp/apply.err | head -c 4000 >&2
+exit 1
+"#;
 
-/// The text of the sections of `set` that `keep` accepts, joined.
-pub fn filtered_patch(set: &PatchSet, keep: impl Fn(usize) -> bool) -> String {
-    set.files
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| keep(*i))
-        .map(|(_, f)| {
-            let mut raw = f.raw.clone();
-            if !raw.ends_with('\n') {
-                raw.push('\n');
-            }
-            raw
-        })
-        .collect()
-}
-
-/// A `git` command run in `dir` that never finds a repository around `dir` and
-/// never reads the user's or the system's configuration.
+/// A `git` command for the harness's own use on folders only the harness
+/// writes (never on a tree a submission shaped): no repository around the
+/// folder, no user or system configuration.
 pub fn git_command(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     let parent = dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/"));
-    // Never let git find a repository around the graded tree (that would make it
-    // skip paths outside the current folder), nor read the user's config.
     cmd.current_dir(dir)
         .env_clear()
         .env(
@@ -61,188 +61,101 @@ pub fn git_command(dir: &Path) -> Command {
         .env("GIT_CEILING_DIRECTORIES", parent)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
         .env("HOME", dir)
-        .env("LC_ALL", "C");
+        .env("LC_ALL", "C")
+        .args([
+            "-c",
+            "safe.bareRepository=explicit",
+            "-c",
+            "core.attributesFile=/dev/null",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ]);
     cmd
 }
 
-/// Applies `patch` (already parsed into `set`) inside `dir`. The patch text is
-/// written to `scratch` first. All or nothing.
-pub fn apply_patch(
-    dir: &Path,
-    patch: &str,
-    set: &PatchSet,
-    scratch: &Path,
+/// Applies `patch` (stripping `strip` leading components) to the tree at
+/// `tree` inside the sandbox. `patch_file` is where the harness wrote the
+/// patch: in a folder the sandbox may read but not write. `output` is a fresh
+/// path in a folder the sandbox cannot reach.
+pub fn apply_in_sandbox(
+    runner: &dyn ProcessRunner,
+    tree: &Path,
+    patch_file: &Path,
+    strip: u8,
+    output: &Path,
+    limits: &ResourceLimits,
 ) -> Result<(), ApplyError> {
-    if set.files.is_empty() {
-        return Ok(());
-    }
-    let patch_file = scratch.join(format!("apply-{}.diff", std::process::id()));
-    let mut text = patch.to_string();
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    std::fs::write(&patch_file, text).map_err(|e| {
-        ApplyError::GitUnavailable(format!("cannot write {}: {e}", patch_file.display()))
-    })?;
-    let strip = format!("-p{}", set.strip);
-    let attempts: [&[&str]; 3] = [&[], &["--recount"], &["--recount", "-C1"]];
-    let mut last_error = String::new();
-    for extra in attempts {
-        let output = git_command(dir)
-            .arg("apply")
-            .arg("--whitespace=nowarn")
-            .arg(&strip)
-            .args(extra)
-            .arg(&patch_file)
-            .output()
-            .map_err(|e| ApplyError::GitUnavailable(e.to_string()))?;
-        if output.status.success() {
-            let _ = std::fs::remove_file(&patch_file);
-            return Ok(());
+    let mut limits = limits.clone();
+    limits.wall_time = limits.wall_time.min(Duration::from_secs(60));
+    limits.max_processes = Some(limits.max_processes.unwrap_or(64).min(64));
+    limits.max_output_bytes = 64 << 10;
+    let scratch = output.parent().unwrap_or(tree);
+    let mut cmd = SandboxCommand::new("/bin/sh", tree, scratch)
+        .args([
+            "-c".to_string(),
+            APPLY_SCRIPT.to_string(),
+            "apply".to_string(),
+            patch_file.display().to_string(),
+            strip.to_string(),
+        ])
+        .writable(tree.to_path_buf())
+        .readable(patch_file.to_path_buf())
+        .memory_scratch(16 << 20)
+        .limits(limits)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env(
+            "GIT_CEILING_DIRECTORIES",
+            tree.parent().unwrap_or(tree).display().to_string(),
+        );
+    cmd.noexec = true;
+    cmd.output = output.to_path_buf();
+    let report = runner.run(&cmd);
+    match &report.status {
+        RunStatus::Exited { code: 0 } => Ok(()),
+        RunStatus::Exited { .. } => {
+            let text = report.output_tail(4000);
+            let lines: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("git: "))
+                .collect();
+            if lines
+                .iter()
+                .any(|l| l.contains("git: not found") || l.contains("command not found"))
+            {
+                return Err(ApplyError::Infrastructure(
+                    "git is not installed where the sandbox can run it; install git to grade patches".into(),
+                ));
+            }
+            let shown = lines
+                .iter()
+                .map(|l| l.replace(&patch_file.display().to_string(), "<patch>"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            Err(ApplyError::Rejected(if shown.trim().is_empty() {
+                "git apply refused the patch".into()
+            } else {
+                shown
+            }))
         }
-        last_error = String::from_utf8_lossy(&output.stderr).trim().to_string();
-    }
-    let _ = std::fs::remove_file(&patch_file);
-    let shown = last_error.replace(&patch_file.display().to_string(), "<patch>");
-    Err(ApplyError::Rejected(if shown.is_empty() {
-        "git apply refused the patch".into()
-    } else {
-        shown
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use pdl_task::diff::parse_patch;
-
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        for (p, c) in files {
-            let path = dir.path().join(p);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, c).unwrap();
-        }
-        dir
-    }
-
-    fn apply(dir: &Path, patch: &str) -> Result<(), ApplyError> {
-        let set = parse_patch(patch).unwrap();
-        let scratch = tempfile::tempdir().unwrap();
-        apply_patch(dir, patch, &set, scratch.path())
-    }
-
-    #[test]
-    fn applies_with_line_offsets() {
-        let dir = tree(&[("src/x.py", "0\n1\n2\n3\n4\na\nb\nc\n5\n")]);
-        // The hunk claims line 2; the context is really at line 6. (A hunk at
-        // line 1 must match the start of the file, as in git.)
-        apply(
-            dir.path(),
-            "--- a/src/x.py\n+++ b/src/x.py\n@@ -2,3 +2,3 @@\n a\n-b\n+B\n c\n",
-        )
-        .unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("src/x.py")).unwrap(),
-            "0\n1\n2\n3\n4\na\nB\nc\n5\n"
-        );
-    }
-
-    #[test]
-    fn applies_new_deleted_renamed_and_mode_changes() {
-        let dir = tree(&[("a.py", "a\n"), ("gone.py", "g\n"), ("run.sh", "r\n")]);
-        let patch = concat!(
-            "diff --git a/new/n.py b/new/n.py\nnew file mode 100644\n--- /dev/null\n+++ b/new/n.py\n@@ -0,0 +1 @@\n+n\n",
-            "diff --git a/gone.py b/gone.py\ndeleted file mode 100644\n--- a/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-g\n",
-            "diff --git a/a.py b/b.py\nsimilarity index 100%\nrename from a.py\nrename to b.py\n",
-            "diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n",
-        );
-        apply(dir.path(), patch).unwrap();
-        assert!(dir.path().join("new/n.py").exists());
-        assert!(!dir.path().join("gone.py").exists());
-        assert!(dir.path().join("b.py").exists() && !dir.path().join("a.py").exists());
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.path().join("run.sh"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o111, 0o111);
-    }
-
-    #[test]
-    fn plain_unprefixed_headers_apply() {
-        let dir = tree(&[("src/x.py", "a\n")]);
-        apply(
-            dir.path(),
-            "--- src/x.py\n+++ src/x.py\n@@ -1 +1 @@\n-a\n+b\n",
-        )
-        .unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("src/x.py")).unwrap(),
-            "b\n"
-        );
-    }
-
-    #[test]
-    fn wrong_hunk_counts_apply_after_recount() {
-        let dir = tree(&[("x.py", "a\nb\nc\n")]);
-        // Claims 4 old lines but carries 3: a hand-edited patch.
-        let patch = "--- a/x.py\n+++ b/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n";
-        let set = pdl_task::diff::PatchSet {
-            files: vec![pdl_task::diff::FilePatch {
-                old_path: Some("x.py".into()),
-                new_path: Some("x.py".into()),
-                kind: pdl_task::diff::ChangeKind::Modified,
-                old_mode: None,
-                new_mode: None,
-                binary: false,
-                hunks: vec![],
-                raw: patch.into(),
-            }],
-            strip: 1,
-        };
-        let scratch = tempfile::tempdir().unwrap();
-        apply_patch(dir.path(), patch, &set, scratch.path()).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("x.py")).unwrap(),
-            "a\nB\nc\n"
-        );
-    }
-
-    #[test]
-    fn a_failing_section_changes_nothing() {
-        let dir = tree(&[("a.py", "a\n"), ("b.py", "b\n")]);
-        let patch = concat!(
-            "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-a\n+A\n",
-            "--- a/b.py\n+++ b/b.py\n@@ -1 +1 @@\n-not there\n+B\n",
-        );
-        let err = apply(dir.path(), patch).unwrap_err();
-        assert!(matches!(err, ApplyError::Rejected(_)));
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("a.py")).unwrap(),
-            "a\n"
-        );
-    }
-
-    #[test]
-    fn a_graded_tree_inside_another_repository_still_applies() {
-        let outer = tempfile::tempdir().unwrap();
-        git_command(outer.path())
-            .args(["init", "-q"])
-            .status()
-            .unwrap();
-        let inner = outer.path().join("work");
-        std::fs::create_dir_all(inner.join("src")).unwrap();
-        std::fs::write(inner.join("src/x.py"), "a\n").unwrap();
-        apply(
-            &inner,
-            "--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n",
-        )
-        .unwrap();
-        assert_eq!(
-            std::fs::read_to_string(inner.join("src/x.py")).unwrap(),
-            "b\n"
-        );
+        RunStatus::TimedOut => Err(ApplyError::Exhausted(
+            "applying the patch passed its time bound".into(),
+        )),
+        RunStatus::OutOfMemory => Err(ApplyError::Exhausted(
+            "applying the patch ran out of memory".into(),
+        )),
+        RunStatus::Signaled { signal } => Err(ApplyError::Exhausted(format!(
+            "applying the patch was stopped by signal {signal} (a file or memory bound)"
+        ))),
+        RunStatus::SpawnFailed { reason } | RunStatus::SandboxFailed { reason } => Err(
+            ApplyError::Infrastructure(format!("cannot run git apply in the sandbox: {reason}")),
+        ),
     }
 }

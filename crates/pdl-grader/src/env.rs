@@ -79,6 +79,14 @@ pub enum EnvError {
         /// What to do about it.
         hint: String,
     },
+    /// The dataset's `requirements.lock` asks for more than pinned packages.
+    #[error("task defect: requirements.lock line {line} is not a pinned `name==version` requirement (optionally with --hash): `{text}`")]
+    Requirements {
+        /// One-based line number.
+        line: usize,
+        /// The line.
+        text: String,
+    },
     /// The cache folder is not usable.
     #[error("environment cache {path}: {message}")]
     Cache {
@@ -134,16 +142,123 @@ pub fn find_interpreter(explicit: Option<&Path>) -> Result<PythonInterpreter, En
     })
 }
 
-/// A lock file's requirement lines without comments or blanks, sorted.
-pub fn normalize_requirements(lock: &str) -> Vec<String> {
-    let mut lines: Vec<String> = lock
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
+/// A lock file's requirement lines without comments or blanks, sorted. Only
+/// pinned `name==version` lines (with optional `--hash=algorithm:digest`
+/// options, continued over `\`-ended lines or not) are accepted: no index URL,
+/// no path, no VCS reference, no option of any other kind, so that a dataset
+/// says only which published wheels to install.
+pub fn normalize_requirements(lock: &str) -> Result<Vec<String>, EnvError> {
+    let mut joined: Vec<(usize, String)> = Vec::new();
+    let mut pending: Option<(usize, String)> = None;
+    for (i, raw) in lock.lines().enumerate() {
+        let text = raw.split(" #").next().unwrap_or("");
+        let text = if text.trim_start().starts_with('#') {
+            ""
+        } else {
+            text
+        };
+        let (line, continued) = match text.trim_end().strip_suffix('\\') {
+            Some(head) => (head.trim().to_string(), true),
+            None => (text.trim().to_string(), false),
+        };
+        let entry = match pending.take() {
+            Some((n, mut acc)) => {
+                acc.push(' ');
+                acc.push_str(&line);
+                (n, acc)
+            }
+            None => (i + 1, line),
+        };
+        if continued {
+            pending = Some(entry);
+        } else if !entry.1.trim().is_empty() {
+            joined.push(entry);
+        }
+    }
+    if let Some(entry) = pending {
+        joined.push(entry);
+    }
+    let mut lines = Vec::new();
+    for (number, line) in joined {
+        let mut parts = line.split_whitespace();
+        let pin = parts.next().unwrap_or("");
+        let ok_pin = pin.split_once("==").is_some_and(|(name, version)| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphanumeric())
+                && !version.is_empty()
+                && version
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-' | '_'))
+        });
+        let ok_hashes = parts.all(|p| {
+            p.strip_prefix("--hash=")
+                .and_then(|h| h.split_once(':'))
+                .is_some_and(|(alg, digest)| {
+                    matches!(alg, "sha256" | "sha384" | "sha512")
+                        && !digest.is_empty()
+                        && digest.chars().all(|c| c.is_ascii_hexdigit())
+                })
+        });
+        if !ok_pin || !ok_hashes {
+            return Err(EnvError::Requirements {
+                line: number,
+                text: line.chars().take(200).collect(),
+            });
+        }
+        lines.push(line.split_whitespace().collect::<Vec<_>>().join(" "));
+    }
     lines.sort();
     lines.dedup();
-    lines
+    Ok(lines)
+}
+
+/// Variables of the harness's own environment an installer may see: how the
+/// user reaches a package index (mirrors, proxies, certificates), never
+/// anything a dataset chose.
+const INSTALLER_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_TRUSTED_HOST",
+    "PIP_CERT",
+    "PIP_CONFIG_FILE",
+    "PIP_FIND_LINKS",
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_NATIVE_TLS",
+    "UV_CACHE_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// An installer command with a cleared environment.
+fn installer(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    for name in INSTALLER_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
+    }
+    cmd
 }
 
 /// How environments are built.
@@ -239,7 +354,7 @@ impl EnvManager {
     /// The environment for a task's `requirements.lock` content, built on first
     /// use. Safe to call from many threads and processes at once.
     pub fn ensure(&self, lock: &str) -> Result<Arc<PythonEnv>, EnvError> {
-        let requirements = normalize_requirements(lock);
+        let requirements = normalize_requirements(lock)?;
         let key = self.key(&requirements);
         let slot = self
             .ready
@@ -361,7 +476,7 @@ impl EnvManager {
             Installer::Uv(uv) => {
                 self.run_step(
                     "uv venv",
-                    Command::new(uv)
+                    installer(uv)
                         .args(["venv", "--quiet", "--python"])
                         .arg(&self.interpreter.executable)
                         .arg(root),
@@ -374,12 +489,14 @@ impl EnvManager {
                 })?;
                 self.run_step(
                     "uv pip install",
-                    Command::new(uv)
+                    installer(uv)
                         .args([
                             "pip",
                             "install",
                             "--quiet",
                             "--compile-bytecode",
+                            "--only-binary",
+                            ":all:",
                             "--python",
                         ])
                         .arg(&python)
@@ -391,7 +508,7 @@ impl EnvManager {
             Installer::Pip => {
                 self.run_step(
                     "python -m venv",
-                    Command::new(&self.interpreter.executable)
+                    installer(&self.interpreter.executable)
                         .args(["-m", "venv"])
                         .arg(root),
                     requirements,
@@ -403,7 +520,7 @@ impl EnvManager {
                 })?;
                 self.run_step(
                     "pip install",
-                    Command::new(&python)
+                    installer(&python)
                         .args([
                             "-m",
                             "pip",
@@ -412,6 +529,8 @@ impl EnvManager {
                             "--no-input",
                             "--disable-pip-version-check",
                             "--no-warn-script-location",
+                            "--only-binary",
+                            ":all:",
                             "-r",
                         ])
                         .arg(&reqs),
@@ -427,9 +546,26 @@ impl EnvManager {
         python: &Path,
         requirements: &[String],
     ) -> Result<EnvironmentInfo, EnvError> {
-        let script = "import importlib.metadata as m, json, sys; print(json.dumps(['%d.%d.%d' % sys.version_info[:3], sorted('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions())]))";
-        let output = Command::new(python)
-            .args(["-I", "-c", script])
+        // The base interpreter, with no site processing, reads the new
+        // environment's metadata: nothing installed there (a `.pth` file
+        // included) runs on the host.
+        let _ = python;
+        let root = python
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("."));
+        let minor: String = self
+            .interpreter
+            .version
+            .split('.')
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(".");
+        let site = root.join(format!("lib/python{minor}/site-packages"));
+        let script = "import importlib.metadata as m, json, sys; print(json.dumps(['%d.%d.%d' % sys.version_info[:3], sorted('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions(path=[sys.argv[1]]))]))";
+        let output = installer(&self.interpreter.executable)
+            .args(["-I", "-S", "-c", script])
+            .arg(&site)
             .output()
             .map_err(|e| EnvError::Build {
                 requirements: requirements.join(" "),
@@ -465,12 +601,34 @@ mod tests {
     #[test]
     fn requirements_are_normalized() {
         let lock = "# Standard library only.\n\n";
-        assert!(normalize_requirements(lock).is_empty());
+        assert!(normalize_requirements(lock).unwrap().is_empty());
         let lock = "six==1.17.0  # needed by dateutil\npython-dateutil==2.9.0.post0\n";
         assert_eq!(
-            normalize_requirements(lock),
+            normalize_requirements(lock).unwrap(),
             vec!["python-dateutil==2.9.0.post0", "six==1.17.0"]
         );
+        let hashed = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n";
+        assert_eq!(normalize_requirements(hashed).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn anything_but_pinned_packages_is_refused_with_its_line() {
+        for bad in [
+            "--index-url https://evil.example/simple",
+            "-e git+https://example.com/x.git#egg=x",
+            "https://example.com/x.whl",
+            "./local/path",
+            "six>=1.0",
+            "six==1.17.0 --install-option=--prefix=/",
+            "six==1.17.0; python_version<'3.11'",
+            "-r other.txt",
+        ] {
+            let lock = format!("six==1.17.0\n{bad}\n");
+            match normalize_requirements(&lock) {
+                Err(EnvError::Requirements { line, .. }) => assert_eq!(line, 2, "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]

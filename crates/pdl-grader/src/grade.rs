@@ -1,29 +1,42 @@
-//! Grading one submission ([`Grader::grade`]), exactly as the specification's
-//! section 4 lays it out: materialize, work out the change set, police it, apply
-//! it, apply the hidden tests, run pytest once, score, record.
+//! Grading one submission ([`Grader::grade`]), as the specification's section 4
+//! lays it out: materialize the pristine tree; apply the submission to a scratch
+//! copy inside the sandbox (a patch) or take the agent's workspace as it stands;
+//! read the resulting tree without following anything and police every change;
+//! build the graded tree from the pristine files, the allowed regular files and
+//! the hidden tests, all written by the harness; run pytest once through the
+//! trusted bootstrap and its signed outcome channel; check that the channels
+//! agree; score; record.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use pdl_sandbox::{ProcessRunner, ResourceLimits, RunStatus};
-use pdl_task::diff::parse_patch;
-use pdl_task::{RewardFormula, RewardInputs, Task};
+use pdl_sandbox::{Enforcement, ProcessRunner, ResourceLimits, RunStatus};
+use pdl_task::diff::{parse_patch_with, PatchLimits};
+use pdl_task::{RepoFile, RewardFormula, RewardInputs, Task};
 use sha2::{Digest, Sha256};
 
-use crate::apply::{apply_patch, filtered_patch, ApplyError};
+use crate::apply::{apply_in_sandbox, ApplyError};
+use crate::changes::{
+    build_graded_tree, police_tree, GradedChange, Policed, TreeLimits, TreeOrigin,
+};
 use crate::env::{EnvManager, PythonEnv};
 use crate::ladder::LadderFingerprints;
 use crate::outcome::{TestLog, TestOutcome};
-use crate::policy::{PatchPolicy, PathDecision};
-use crate::pytest::{run_dirs, run_pytest, PytestMode, PytestRun};
-use crate::record::{Components, PolicyReport, Provenance, ResultRecord, SubmissionKind, Verdict};
-use crate::workspace::{apply_change, materialize, workspace_changes, Change};
+use crate::policy::PatchPolicy;
+use crate::pytest::{cross_check, run_dirs, run_pytest, PytestMode, PytestRun, TreeFacts};
+use crate::record::{
+    Components, PolicyReport, Provenance, ResultRecord, SubmissionKind, SuspiciousLine, Verdict,
+};
+use crate::workspace::materialize;
 
 /// The version recorded in provenance.
 pub const HARNESS_VERSION: &str = concat!("pdl-swe ", env!("CARGO_PKG_VERSION"));
+
+/// The largest patch graded; a larger one is `patch_failed` before anything
+/// parses it.
+pub const MAX_PATCH_BYTES: usize = 32 << 20;
 
 /// What a submission consists of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +99,15 @@ impl Submission {
             SubmissionContent::Workspace(_) => String::new(),
         }
     }
+
+    /// True for the dataset's own content (gold, do-nothing, rungs): its output
+    /// may be shown to whoever runs the harness.
+    fn is_trusted(&self) -> bool {
+        matches!(
+            self.kind,
+            SubmissionKind::Gold | SubmissionKind::Noop | SubmissionKind::Rung
+        )
+    }
 }
 
 /// Settings for a [`Grader`].
@@ -99,6 +121,10 @@ pub struct GradeSettings {
     pub test_timeout: Option<Duration>,
     /// Limits of the test process (its wall time is the test timeout).
     pub limits: ResourceLimits,
+    /// Bounds on reading a submitted tree.
+    pub tree_limits: TreeLimits,
+    /// Bounds on a patch's binary sections.
+    pub patch_limits: PatchLimits,
 }
 
 /// Grades submissions. Cheap to share between threads.
@@ -106,7 +132,6 @@ pub struct Grader {
     settings: GradeSettings,
     envs: Arc<EnvManager>,
     runner: Arc<dyn ProcessRunner>,
-    counter: AtomicU64,
 }
 
 /// What `collect` found for validation.
@@ -122,7 +147,7 @@ pub struct Collection {
 struct Stop {
     verdict: Verdict,
     detail: String,
-    policy: PolicyReport,
+    policy: Option<PolicyReport>,
 }
 
 impl Stop {
@@ -130,7 +155,7 @@ impl Stop {
         Stop {
             verdict: Verdict::HarnessError,
             detail: detail.into(),
-            policy: PolicyReport::default(),
+            policy: None,
         }
     }
 }
@@ -150,7 +175,6 @@ impl Grader {
             settings,
             envs,
             runner,
-            counter: AtomicU64::new(0),
         }
     }
 
@@ -181,23 +205,9 @@ impl Grader {
             .unwrap_or_else(|| Duration::from_secs(task.test_timeout_s()))
     }
 
-    fn sandbox_description(&self, timeout: Duration) -> serde_json::Value {
-        let l = &self.settings.limits;
-        serde_json::json!({
-            "kind": self.runner.kind().name(),
-            "network": "none",
-            "wall_time_s": timeout.as_secs_f64(),
-            "kill_grace_s": l.kill_grace.as_secs_f64(),
-            "memory_bytes": l.memory_bytes,
-            "max_processes": l.max_processes,
-            "max_file_bytes": l.max_file_bytes,
-            "max_output_bytes": l.max_output_bytes,
-        })
-    }
-
-    /// A fresh grading folder.
-    fn new_workdir(&self, task: &Task, label: &str) -> std::io::Result<PathBuf> {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+    /// A fresh grading folder: private to the harness (mode 0700), with a
+    /// name no one can guess.
+    fn new_workdir(&self, task: &Task, label: &str) -> std::io::Result<tempfile::TempDir> {
         let safe: String = label
             .chars()
             .map(|c| {
@@ -209,23 +219,12 @@ impl Grader {
             })
             .take(40)
             .collect();
-        let dir = self.settings.work_root.join(format!(
-            "{}-{}-{}-{n}",
-            task.row.task_id,
-            safe,
-            std::process::id()
-        ));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&self.settings.work_root)?;
+        let mut dir = tempfile::Builder::new()
+            .prefix(&format!("{}-{safe}-", task.row.task_id))
+            .tempdir_in(&self.settings.work_root)?;
+        dir.disable_cleanup(self.settings.keep_workdirs);
         Ok(dir)
-    }
-
-    fn cleanup(&self, dir: &Path) {
-        if !self.settings.keep_workdirs {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 
     /// Grades one submission. Never panics on bad input: every failure becomes a
@@ -265,10 +264,11 @@ impl Grader {
                 task_digest: task.digest(),
                 submission_digest: submission.digest(),
                 environment: Default::default(),
-                sandbox: self.sandbox_description(timeout),
+                sandbox: Enforcement::default(),
                 test_timeout_s: timeout.as_secs_f64(),
                 started_at,
             },
+            suspicious: Vec::new(),
             episode: None,
         };
         let workdir = match self.new_workdir(task, &submission.name) {
@@ -282,15 +282,14 @@ impl Grader {
                 return record;
             }
         };
-        match self.grade_in(task, submission, &workdir, timeout, &mut record) {
-            Ok(()) => {}
-            Err(stop) => {
-                record.verdict = stop.verdict;
-                record.detail = Some(stop.detail);
-                record.policy = stop.policy;
-                record.reward = 0.0;
-                record.components = Components::default();
+        if let Err(stop) = self.grade_in(task, submission, workdir.path(), timeout, &mut record) {
+            record.verdict = stop.verdict;
+            record.detail = Some(stop.detail);
+            if let Some(policy) = stop.policy {
+                record.policy = policy;
             }
+            record.reward = 0.0;
+            record.components = Components::default();
         }
         if let Some(ladder) = ladder {
             if matches!(record.verdict, Verdict::Graded | Verdict::Timeout) {
@@ -298,7 +297,7 @@ impl Grader {
             }
         }
         record.duration_s = started.elapsed().as_secs_f64();
-        self.cleanup(&workdir);
+        drop(workdir);
         record
     }
 
@@ -308,128 +307,121 @@ impl Grader {
             .map_err(|e| Stop::harness(e.to_string()))
     }
 
-    /// Builds the graded tree: pristine files, the policed change set, the hidden
-    /// tests. Returns the policy report.
-    fn build_tree(
+    /// The submission's policed change set: a patch applied to a scratch copy
+    /// inside the sandbox, or a workspace as it stands; read, compared and
+    /// policed ([`police_tree`]).
+    fn change_set(
         &self,
         task: &Task,
         submission: &Submission,
-        tree: &Path,
-        scratch: &Path,
-    ) -> Result<PolicyReport, Stop> {
-        let policy = PatchPolicy::new(
-            &task.row.patch_policy_allowed,
-            &task.row.patch_policy_forbidden,
-        )
-        .map_err(|e| Stop::harness(format!("task defect: {e}")))?;
-        materialize(&task.row.files, tree)
-            .map_err(|e| Stop::harness(format!("cannot write the pristine tree: {e}")))?;
-        let mut report = PolicyReport::default();
+        policy: &PatchPolicy,
+        hidden: &[RepoFile],
+        workdir: &Path,
+    ) -> Result<Policed, Stop> {
+        let hidden_paths: Vec<String> = hidden.iter().map(|f| f.path.clone()).collect();
+        let test_files: Vec<String> = task
+            .row
+            .files
+            .iter()
+            .filter(|f| f.path.ends_with(".py") && f.path.split('/').any(|c| c == "tests"))
+            .map(|f| f.path.clone())
+            .collect();
+        let police = |tree: &Path, origin| {
+            police_tree(
+                tree,
+                origin,
+                &task.row.files,
+                policy,
+                &hidden_paths,
+                &test_files,
+                &self.settings.tree_limits,
+            )
+            .map_err(|e| Stop::harness(format!("cannot read {}: {e}", tree.display())))
+        };
         match &submission.content {
             SubmissionContent::Patch(text) => {
-                let set = parse_patch(text).map_err(|e| Stop {
-                    verdict: Verdict::PatchFailed,
-                    detail: format!("not a valid diff: {e}"),
-                    policy: PolicyReport::default(),
+                if text.len() > MAX_PATCH_BYTES {
+                    return Err(Stop::submission(
+                        Verdict::PatchFailed,
+                        format!(
+                            "the patch is {} bytes, over the limit of {MAX_PATCH_BYTES}",
+                            text.len()
+                        ),
+                    ));
+                }
+                let set = parse_patch_with(text, &self.settings.patch_limits).map_err(|e| {
+                    Stop::submission(Verdict::PatchFailed, format!("not a valid diff: {e}"))
                 })?;
-                if set.files.is_empty() && !text.trim().is_empty() {
-                    return Err(Stop {
-                        verdict: Verdict::PatchFailed,
-                        detail: "not a diff: no file section found in a non-empty patch".into(),
-                        policy: PolicyReport::default(),
-                    });
+                if set.files.is_empty() {
+                    if text.trim().is_empty() {
+                        return Ok(Policed::default());
+                    }
+                    return Err(Stop::submission(
+                        Verdict::PatchFailed,
+                        "not a diff: no file section found in a non-empty patch".into(),
+                    ));
                 }
-                let mut keep = Vec::new();
-                let mut links: Vec<String> = Vec::new();
-                for file in &set.files {
-                    let paths = file.touched_paths();
-                    let mut forbidden = false;
-                    let mut dropped = false;
-                    for p in &paths {
-                        match policy.decide(p) {
-                            PathDecision::Forbidden => {
-                                forbidden = true;
-                                report.violations.push((*p).to_string());
-                            }
-                            PathDecision::Dropped => dropped = true,
-                            PathDecision::Allowed => {}
-                        }
-                    }
-                    if file.involves_symlink() {
-                        forbidden = true;
-                        let path = paths.last().copied().unwrap_or("").to_string();
-                        links.push(path.clone());
-                        report.violations.push(path);
-                    }
-                    if !forbidden && dropped {
-                        report
-                            .dropped
-                            .extend(paths.iter().map(|p| (*p).to_string()));
-                    }
-                    keep.push(!forbidden && !dropped);
-                }
-                report.violations.sort();
-                report.violations.dedup();
-                report.dropped.sort();
-                report.dropped.dedup();
-                if !report.violations.is_empty() {
+                // A copy leaves its source unchanged in the tree, so only the
+                // patch can say that it reads a forbidden file.
+                let copied: Vec<String> = set
+                    .files
+                    .iter()
+                    .filter(|f| f.kind == pdl_task::diff::ChangeKind::Copied)
+                    .filter_map(|f| f.old_path.clone())
+                    .filter(|p| policy.decide(p) == crate::policy::PathDecision::Forbidden)
+                    .collect();
+                if !copied.is_empty() {
+                    let report = PolicyReport {
+                        violations: copied.clone(),
+                        dropped: Vec::new(),
+                    };
                     return Err(Stop {
                         verdict: Verdict::PolicyViolation,
-                        detail: violation_detail("the patch", &report.violations, &links),
-                        policy: report,
+                        detail: format!("the patch copies forbidden paths: {}", copied.join(", ")),
+                        policy: Some(report),
                     });
                 }
-                let kept = filtered_patch(&set, |i| keep[i]);
-                let kept_set = parse_patch(&kept)
-                    .map_err(|e| Stop::harness(format!("re-parsing the kept sections: {e}")))?;
-                apply_patch(tree, &kept, &kept_set, scratch).map_err(|e| match e {
-                    ApplyError::Rejected(msg) => Stop {
-                        verdict: Verdict::PatchFailed,
-                        detail: format!("the patch does not apply: {msg}"),
-                        policy: report.clone(),
-                    },
-                    other => Stop::harness(other.to_string()),
-                })?;
-            }
-            SubmissionContent::Workspace(ws) => {
-                let changes = workspace_changes(&task.row.files, ws).map_err(|e| {
-                    Stop::harness(format!("cannot read the workspace {}: {e}", ws.display()))
-                })?;
-                let mut allowed = Vec::new();
-                let mut links: Vec<String> = Vec::new();
-                for (path, change) in &changes {
-                    let decision = policy.decide(path);
-                    if change.is_link_or_special() {
-                        links.push(path.clone());
-                        report.violations.push(path.clone());
-                    } else if decision == PathDecision::Forbidden {
-                        report.violations.push(path.clone());
-                    } else if decision == PathDecision::Dropped {
-                        report.dropped.push(path.clone());
-                    } else {
-                        allowed.push((path, change));
+                let scratch = workdir.join("apply");
+                let tree = scratch.join("tree");
+                let patch_dir = workdir.join("patch");
+                let output = workdir.join("out");
+                for dir in [&scratch, &patch_dir, &output] {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| Stop::harness(format!("{}: {e}", dir.display())))?;
+                }
+                materialize(&task.row.files, &tree)
+                    .map_err(|e| Stop::harness(format!("cannot write the pristine tree: {e}")))?;
+                let patch_file = patch_dir.join("submission.diff");
+                let mut bytes = text.clone().into_bytes();
+                if !bytes.ends_with(b"\n") {
+                    bytes.push(b'\n');
+                }
+                std::fs::write(&patch_file, bytes)
+                    .map_err(|e| Stop::harness(format!("{}: {e}", patch_file.display())))?;
+                match apply_in_sandbox(
+                    self.runner.as_ref(),
+                    &tree,
+                    &patch_file,
+                    set.strip,
+                    &output.join("apply.log"),
+                    &self.settings.limits,
+                ) {
+                    Ok(()) => {}
+                    Err(ApplyError::Rejected(msg)) => {
+                        return Err(Stop::submission(
+                            Verdict::PatchFailed,
+                            format!("the patch does not apply: {msg}"),
+                        ))
                     }
+                    Err(ApplyError::Exhausted(msg)) => {
+                        return Err(Stop::submission(Verdict::PatchFailed, msg))
+                    }
+                    Err(ApplyError::Infrastructure(msg)) => return Err(Stop::harness(msg)),
                 }
-                if !report.violations.is_empty() {
-                    return Err(Stop {
-                        verdict: Verdict::PolicyViolation,
-                        detail: violation_detail("the workspace", &report.violations, &links),
-                        policy: report,
-                    });
-                }
-                for (path, change) in allowed {
-                    apply_change(tree, path, change as &Change).map_err(|e| {
-                        Stop::harness(format!("cannot apply {path} to the graded tree: {e}"))
-                    })?;
-                }
+                police(&tree, TreeOrigin::AppliedPatch)
             }
+            SubmissionContent::Workspace(ws) => police(ws, TreeOrigin::Workspace),
         }
-        let test_set = parse_patch(&task.row.test_patch).map_err(|e| {
-            Stop::harness(format!("task defect: test_patch is not a valid diff: {e}"))
-        })?;
-        apply_patch(tree, &task.row.test_patch, &test_set, scratch)
-            .map_err(|e| Stop::harness(format!("task defect: test_patch does not apply: {e}")))?;
-        Ok(report)
     }
 
     fn grade_in(
@@ -442,14 +434,34 @@ impl Grader {
     ) -> Result<(), Stop> {
         let formula = RewardFormula::parse(&task.row.reward_formula)
             .map_err(|e| Stop::harness(format!("task defect: {e}")))?;
+        let policy = PatchPolicy::new(
+            &task.row.patch_policy_allowed,
+            &task.row.patch_policy_forbidden,
+        )
+        .map_err(|e| Stop::harness(format!("task defect: {e}")))?;
+        let hidden = hidden_files(task).map_err(Stop::harness)?;
         let env = self.environment(task)?;
         record.provenance.environment = env.info.clone();
-        let dirs = run_dirs(workdir);
-        std::fs::create_dir_all(&dirs.scratch).map_err(|e| Stop::harness(e.to_string()))?;
-        record.policy = self.build_tree(task, submission, &dirs.tree, &dirs.scratch)?;
-        if let SubmissionContent::Workspace(_) = submission.content {
-            record.provenance.submission_digest = tree_digest(&dirs.tree);
+        let policed = self.change_set(task, submission, &policy, &hidden, workdir)?;
+        record.policy = policed.report.clone();
+        if !policed.report.violations.is_empty() {
+            let what = match submission.content {
+                SubmissionContent::Patch(_) => "the patch",
+                SubmissionContent::Workspace(_) => "the workspace",
+            };
+            return Err(Stop {
+                verdict: Verdict::PolicyViolation,
+                detail: policed.detail(what),
+                policy: Some(policed.report),
+            });
         }
+        if let SubmissionContent::Workspace(_) = submission.content {
+            record.provenance.submission_digest = change_set_digest(&policed.graded);
+        }
+        record.suspicious = suspicious_lines(task, &policed.graded);
+        let dirs = run_dirs(workdir);
+        build_graded_tree(&dirs.tree, &task.row.files, &policed.graded, &hidden)
+            .map_err(|e| Stop::harness(format!("cannot write the graded tree: {e}")))?;
         let ids: Vec<String> = task
             .row
             .fail_to_pass
@@ -457,16 +469,19 @@ impl Grader {
             .chain(&task.row.pass_to_pass)
             .cloned()
             .collect();
+        let facts = tree_facts(task, &policed.graded, &hidden);
         let run = run_pytest(
             self.runner.as_ref(),
             &env,
             &dirs,
             &PytestMode::Select(ids.clone()),
+            &facts,
             timeout,
             &self.settings.limits,
         )
         .map_err(|e| Stop::harness(format!("cannot prepare the test run: {e}")))?;
-        self.score(task, &formula, &ids, &run, record)
+        record.provenance.sandbox = run.report.enforced.clone();
+        self.score(task, &formula, &ids, &run, submission, record)
     }
 
     fn score(
@@ -475,6 +490,7 @@ impl Grader {
         formula: &RewardFormula,
         ids: &[String],
         run: &PytestRun,
+        submission: &Submission,
         record: &mut ResultRecord,
     ) -> Result<(), Stop> {
         let report = &run.report;
@@ -485,27 +501,44 @@ impl Grader {
         if let RunStatus::SpawnFailed { reason } = &report.status {
             return Err(Stop::harness(format!("cannot start pytest: {reason}")));
         }
+        if let Some(breach) = &run.breach {
+            return Err(Stop::submission(
+                Verdict::Tampered,
+                format!("the test run's outcomes cannot be trusted: {breach}"),
+            ));
+        }
         let timed_out = report.status == RunStatus::TimedOut;
         if !log.started {
+            // The bootstrap reports its start before any code of the
+            // repository is importable: a run that never got there is the
+            // harness's or the machine's fault, unless the clock ran out.
             if timed_out {
-                return Err(Stop {
-                    verdict: Verdict::Timeout,
-                    detail: "the test process did not start within the time bound".into(),
-                    policy: record.policy.clone(),
-                });
+                return Err(Stop::submission(
+                    Verdict::Timeout,
+                    "the test process did not start within the time bound".into(),
+                ));
             }
-            return Err(Stop::harness(format!(
-                "pytest did not start ({}); output:\n{}",
-                report.status.name(),
-                report.output_tail(2000)
-            )));
+            let mut detail = format!("the test process did not start ({})", report.status.name());
+            if submission.is_trusted() {
+                detail.push_str(&format!("; output:\n{}", report.output_tail(2000)));
+            }
+            return Err(Stop::harness(detail));
+        }
+        if let Err(breach) = cross_check(run) {
+            return Err(Stop::submission(
+                Verdict::Tampered,
+                format!("the test run's channels disagree: {breach}"),
+            ));
         }
         let tests: BTreeMap<String, TestOutcome> = ids
             .iter()
             .map(|id| (id.clone(), log.outcome(id, timed_out)))
             .collect();
         let passed = |list: &[String]| list.iter().filter(|id| tests[*id].passed()).count();
-        let build_healthy = log.compile_errors.is_empty() && log.collect_errors.is_empty();
+        // A run that ended before collection finished proves nothing about the
+        // files it did not reach.
+        let build_healthy =
+            log.compile_errors.is_empty() && log.collect_errors.is_empty() && log.collection_done;
         let inputs = RewardInputs::from_counts(
             passed(&task.row.fail_to_pass),
             task.row.fail_to_pass.len(),
@@ -528,12 +561,13 @@ impl Grader {
         record.collection_errors = log
             .collect_errors
             .iter()
-            .map(|(id, _)| {
-                if id.is_empty() {
-                    "<session>".to_string()
+            .map(|(id, kind)| {
+                let id = if id.is_empty() {
+                    "<session>"
                 } else {
-                    id.clone()
-                }
+                    id.as_str()
+                };
+                format!("{id}: {kind}")
             })
             .collect();
         record.verdict = if timed_out {
@@ -561,9 +595,15 @@ impl Grader {
                 }
             ));
         }
+        if report.oom_kills > 0 {
+            notes.push(format!(
+                "{} process(es) of the run were stopped at the memory bound",
+                report.oom_kills
+            ));
+        }
         if report.output_truncated {
             notes.push(format!(
-                "test output was truncated after {} bytes",
+                "test output was cut after {} bytes",
                 self.settings.limits.max_output_bytes
             ));
         }
@@ -578,75 +618,182 @@ impl Grader {
         let workdir = self
             .new_workdir(task, "collect")
             .map_err(|e| e.to_string())?;
-        let result = (|| {
-            let env = self.environment(task).map_err(|s| s.detail)?;
-            let dirs = run_dirs(&workdir);
-            std::fs::create_dir_all(&dirs.scratch).map_err(|e| e.to_string())?;
-            self.build_tree(task, &Submission::noop(), &dirs.tree, &dirs.scratch)
-                .map_err(|s| s.detail)?;
-            let run = run_pytest(
-                self.runner.as_ref(),
-                &env,
-                &dirs,
-                &PytestMode::CollectAll,
-                self.test_timeout(task),
-                &self.settings.limits,
-            )
-            .map_err(|e| e.to_string())?;
-            if !run.log.started {
-                return Err(format!(
-                    "pytest did not start ({}): {}",
-                    run.report.status.name(),
-                    run.report.output_tail(2000)
-                ));
-            }
-            if run.report.status == RunStatus::TimedOut {
-                return Err("collection passed the time bound".into());
-            }
-            Ok(Collection {
-                collected: run.log.collected.clone(),
-                errors: run.log.collect_errors.clone(),
-            })
-        })();
-        self.cleanup(&workdir);
-        result
+        let hidden = hidden_files(task)?;
+        let env = self.environment(task).map_err(|s| s.detail)?;
+        let dirs = run_dirs(workdir.path());
+        build_graded_tree(&dirs.tree, &task.row.files, &BTreeMap::new(), &hidden)
+            .map_err(|e| format!("cannot write the graded tree: {e}"))?;
+        let facts = tree_facts(task, &BTreeMap::new(), &hidden);
+        let run = run_pytest(
+            self.runner.as_ref(),
+            &env,
+            &dirs,
+            &PytestMode::CollectAll,
+            &facts,
+            self.test_timeout(task),
+            &self.settings.limits,
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(breach) = run.breach {
+            return Err(format!(
+                "the collection's outcomes cannot be trusted: {breach}"
+            ));
+        }
+        if !run.log.started {
+            return Err(format!(
+                "pytest did not start ({}): {}",
+                run.report.status.name(),
+                run.report.output_tail(2000)
+            ));
+        }
+        if run.report.status == RunStatus::TimedOut {
+            return Err("collection passed the time bound".into());
+        }
+        Ok(Collection {
+            collected: run.log.collected.clone(),
+            errors: run.log.collect_errors.clone(),
+        })
     }
 }
 
-/// Names what a policy violation consists of.
-fn violation_detail(what: &str, violations: &[String], links: &[String]) -> String {
-    let forbidden: Vec<&str> = violations
+impl Stop {
+    fn submission(verdict: Verdict, detail: String) -> Self {
+        Stop {
+            verdict,
+            detail,
+            policy: None,
+        }
+    }
+}
+
+/// The hidden test files `test_patch` creates (it may only create files).
+pub fn hidden_files(task: &Task) -> Result<Vec<RepoFile>, String> {
+    let set = pdl_task::diff::parse_patch(&task.row.test_patch)
+        .map_err(|e| format!("task defect: test_patch is not a valid diff: {e}"))?;
+    set.files
         .iter()
-        .filter(|v| !links.contains(v))
-        .map(String::as_str)
-        .collect();
-    let mut parts = Vec::new();
-    if !forbidden.is_empty() {
-        parts.push(format!(
-            "changes forbidden or unsafe paths: {}",
-            forbidden.join(", ")
-        ));
-    }
-    if !links.is_empty() {
-        parts.push(format!(
-            "creates symbolic links or special files: {}",
-            links.join(", ")
-        ));
-    }
-    format!("{what} {}", parts.join("; "))
+        .map(|f| match (f.kind, &f.new_path, f.added_content()) {
+            (pdl_task::diff::ChangeKind::Added, Some(path), Some(content)) => Ok(RepoFile {
+                path: path.clone(),
+                content,
+            }),
+            _ => Err(format!(
+                "task defect: test_patch does more than create text files ({})",
+                f.touched_paths().join(", ")
+            )),
+        })
+        .collect()
 }
 
-/// A digest of every file in a tree (paths and bytes).
-fn tree_digest(dir: &Path) -> String {
+/// What the bootstrap must know of a graded tree.
+fn tree_facts(
+    task: &Task,
+    graded: &BTreeMap<String, GradedChange>,
+    hidden: &[RepoFile],
+) -> TreeFacts {
+    let compile = graded
+        .iter()
+        .filter(|(path, change)| {
+            path.ends_with(".py") && matches!(change, GradedChange::Write { .. })
+        })
+        .map(|(path, _)| path.clone())
+        .collect();
+    let test_files = task
+        .row
+        .files
+        .iter()
+        .chain(hidden)
+        .filter(|f| f.path.ends_with(".py") && f.path.split('/').any(|c| c == "tests"))
+        .map(|f| f.path.clone())
+        .chain(
+            task.row
+                .fail_to_pass
+                .iter()
+                .chain(&task.row.pass_to_pass)
+                .map(|id| id.split("::").next().unwrap_or(id).to_string()),
+        )
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let conftests = task
+        .row
+        .files
+        .iter()
+        .filter(|f| f.path == "conftest.py" || f.path.ends_with("/conftest.py"))
+        .map(|f| {
+            (
+                f.path.clone(),
+                hex::encode(Sha256::digest(f.content.as_bytes())),
+            )
+        })
+        .collect();
+    TreeFacts {
+        compile,
+        test_files,
+        conftests,
+    }
+}
+
+/// Lines of the graded change set a review rule matches.
+fn suspicious_lines(task: &Task, graded: &BTreeMap<String, GradedChange>) -> Vec<SuspiciousLine> {
+    let pristine: BTreeMap<&str, &str> = task
+        .row
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.content.as_str()))
+        .collect();
+    let top_level: std::collections::BTreeSet<String> = task
+        .row
+        .files
+        .iter()
+        .map(|f| {
+            f.path
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(".py")
+                .to_string()
+        })
+        .chain(graded.keys().map(|p| {
+            p.split('/')
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(".py")
+                .to_string()
+        }))
+        .collect();
+    let tree_modules = |name: &str| top_level.contains(name);
+    let mut out = Vec::new();
+    for (path, change) in graded {
+        let GradedChange::Write { bytes, .. } = change else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(bytes);
+        for m in crate::suspicious::scan_file(
+            path,
+            pristine.get(path.as_str()).copied(),
+            &text,
+            &tree_modules,
+        ) {
+            out.push(SuspiciousLine::from(m));
+        }
+    }
+    out
+}
+
+/// A digest of a graded change set (paths, contents, modes).
+fn change_set_digest(graded: &BTreeMap<String, GradedChange>) -> String {
     let mut h = Sha256::new();
-    if let Ok(entries) = crate::workspace::scan_tree(dir) {
-        for (path, entry) in entries {
-            h.update(path.as_bytes());
-            h.update([0]);
-            if let crate::workspace::Entry::File { bytes, executable } = entry {
-                h.update(&bytes);
-                h.update([executable as u8]);
+    for (path, change) in graded {
+        h.update(path.as_bytes());
+        h.update([0]);
+        match change {
+            GradedChange::Write { bytes, executable } => {
+                h.update([1, *executable as u8]);
+                h.update((bytes.len() as u64).to_be_bytes());
+                h.update(bytes);
             }
+            GradedChange::Delete => h.update([2]),
         }
     }
     format!("sha256:{}", hex::encode(h.finalize()))

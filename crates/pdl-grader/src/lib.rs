@@ -14,6 +14,7 @@
 
 pub mod apply;
 pub mod certify;
+pub mod changes;
 pub mod env;
 pub mod execute;
 pub mod grade;
@@ -21,8 +22,10 @@ pub mod ladder;
 pub mod outcome;
 pub mod policy;
 pub mod predictions;
+pub mod protocol;
 pub mod pytest;
 pub mod record;
+pub mod suspicious;
 pub mod workspace;
 
 pub use env::{find_interpreter, EnvError, EnvManager, PythonEnv, PythonInterpreter};
@@ -30,4 +33,4 @@ pub use grade::{GradeSettings, Grader, Submission, SubmissionContent, HARNESS_VE
 pub use ladder::LadderFingerprints;
 pub use outcome::TestOutcome;
 pub use policy::{PatchPolicy, PathDecision};
-pub use record::{Components, PolicyReport, ResultRecord, SubmissionKind, Verdict};
+pub use record::{Components, PolicyReport, ResultRecord, SubmissionKind, SuspiciousLine, Verdict};

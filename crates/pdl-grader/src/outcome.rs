@@ -74,6 +74,8 @@ pub struct TestLog {
     pub exit_status: Option<i64>,
     /// Every collected node ID, in collection order.
     pub collected: Vec<String>,
+    /// Collection finished (every test file was collected or failed to).
+    pub collection_done: bool,
     /// Node IDs (usually file paths) that failed to collect, with messages.
     pub collect_errors: Vec<(String, String)>,
     /// Files that did not compile.
@@ -82,65 +84,55 @@ pub struct TestLog {
 }
 
 impl TestLog {
-    /// Parses the plugin's JSON lines. A torn last line (the process was killed
-    /// mid-write) is ignored.
-    pub fn parse(text: &str) -> TestLog {
-        let mut log = TestLog::default();
-        for line in text.lines() {
-            let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            let str_field = |k: &str| {
-                event
-                    .get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("")
-                    .to_string()
-            };
-            match event.get("event").and_then(|e| e.as_str()) {
-                Some("start") => {
-                    log.started = true;
-                    log.python = Some(str_field("python"));
-                }
-                Some("collected") => {
-                    if let Some(ids) = event.get("nodeids").and_then(|v| v.as_array()) {
-                        log.collected
-                            .extend(ids.iter().filter_map(|v| v.as_str().map(str::to_string)));
-                    }
-                }
-                Some("collect_error") => {
-                    log.collect_errors
-                        .push((str_field("nodeid"), str_field("message")));
-                }
-                Some("compile_error") => log.compile_errors.push(CompileError {
-                    path: str_field("path"),
-                    message: str_field("message"),
-                }),
-                Some("begin") => {
-                    log.reports.entry(str_field("nodeid")).or_default().begun = true;
-                }
-                Some("report") => {
-                    let entry = log.reports.entry(str_field("nodeid")).or_default();
-                    let xfail = event
-                        .get("xfail")
-                        .and_then(|v| v.as_bool())
-                        .unwrap_or(false);
-                    let value = Some((str_field("outcome"), xfail));
-                    match str_field("when").as_str() {
-                        "setup" => entry.setup = value,
-                        "call" => entry.call = value,
-                        "teardown" => entry.teardown = value,
-                        _ => {}
-                    }
-                }
-                Some("finish") => {
-                    log.finished = true;
-                    log.exit_status = event.get("exitstatus").and_then(|v| v.as_i64());
-                }
+    /// Records that a test began.
+    pub fn begin(&mut self, nodeid: &str) {
+        self.reports.entry(nodeid.to_string()).or_default().begun = true;
+    }
+
+    /// Records one phase of a test.
+    pub fn phase(&mut self, nodeid: &str, when: &str, outcome: &str, xfail: bool) {
+        let entry = self.reports.entry(nodeid.to_string()).or_default();
+        let value = Some((outcome.to_string(), xfail));
+        match when {
+            "setup" => entry.setup = value,
+            "call" => entry.call = value,
+            "teardown" => entry.teardown = value,
+            _ => {}
+        }
+    }
+
+    /// How many selected tests passed, failed and errored as pytest counts them
+    /// in its summary line (errors: setup and teardown failures, and
+    /// collection errors).
+    pub fn pytest_counts(&self) -> PytestCounts {
+        let mut counts = PytestCounts {
+            errors: self.collect_errors.len() as u64,
+            ..PytestCounts::default()
+        };
+        for r in self.reports.values() {
+            let setup = outcome_of(&r.setup);
+            let call = outcome_of(&r.call);
+            let teardown = outcome_of(&r.teardown);
+            match setup {
+                Some(("failed", _)) => counts.errors += 1,
+                Some(("skipped", true)) => counts.xfailed += 1,
+                Some(("skipped", false)) => counts.skipped += 1,
                 _ => {}
             }
+            match call {
+                Some(("passed", false)) => counts.passed += 1,
+                Some(("passed", true)) => counts.xpassed += 1,
+                Some(("failed", true)) => counts.failed += 1,
+                Some(("failed", false)) => counts.failed += 1,
+                Some(("skipped", true)) => counts.xfailed += 1,
+                Some(("skipped", false)) => counts.skipped += 1,
+                _ => {}
+            }
+            if let Some(("failed", _)) = teardown {
+                counts.errors += 1;
+            }
         }
-        log
+        counts
     }
 
     /// The outcome of one node ID. `timed_out` says the run's time bound passed.
@@ -227,72 +219,99 @@ fn abnormal_or(ended_abnormally: bool, abnormal: TestOutcome, normal: TestOutcom
     }
 }
 
+/// The counts of pytest's summary line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PytestCounts {
+    /// Tests whose call passed.
+    pub passed: u64,
+    /// Tests whose call failed (and strict expected failures that passed).
+    pub failed: u64,
+    /// Setup, teardown and collection errors.
+    pub errors: u64,
+    /// Skipped tests.
+    pub skipped: u64,
+    /// Expected failures that failed.
+    pub xfailed: u64,
+    /// Expected failures that passed.
+    pub xpassed: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn report(id: &str, when: &str, outcome: &str, xfail: bool) -> String {
-        serde_json::json!({"event": "report", "nodeid": id, "when": when, "outcome": outcome, "xfail": xfail}).to_string()
-    }
-
     fn run(
+        log: &mut TestLog,
         id: &str,
         setup: &str,
         call: Option<(&str, bool)>,
         teardown: Option<&str>,
-    ) -> Vec<String> {
-        let mut lines = vec![serde_json::json!({"event": "begin", "nodeid": id}).to_string()];
-        lines.push(report(id, "setup", setup, false));
+    ) {
+        log.begin(id);
+        log.phase(id, "setup", setup, false);
         if let Some((c, x)) = call {
-            lines.push(report(id, "call", c, x));
+            log.phase(id, "call", c, x);
         }
         if let Some(t) = teardown {
-            lines.push(report(id, "teardown", t, false));
+            log.phase(id, "teardown", t, false);
         }
-        lines
     }
 
-    fn log(lines: Vec<Vec<String>>, finished: bool) -> TestLog {
-        let mut all = vec![r#"{"event": "start", "python": "3.11.7"}"#.to_string()];
-        for l in lines {
-            all.extend(l);
+    fn started() -> TestLog {
+        TestLog {
+            started: true,
+            ..TestLog::default()
         }
-        if finished {
-            all.push(r#"{"event": "finish", "exitstatus": 1}"#.to_string());
-        }
-        TestLog::parse(&all.join("\n"))
     }
 
     #[test]
     fn each_pytest_result_is_classified() {
-        let l = log(
-            vec![
-                run("t::pass", "passed", Some(("passed", false)), Some("passed")),
-                run("t::fail", "passed", Some(("failed", false)), Some("passed")),
-                run("t::setup_error", "failed", None, Some("passed")),
-                run(
-                    "t::teardown_error",
-                    "passed",
-                    Some(("passed", false)),
-                    Some("failed"),
-                ),
-                run("t::skip", "skipped", None, Some("passed")),
-                run(
-                    "t::skip_in_call",
-                    "passed",
-                    Some(("skipped", false)),
-                    Some("passed"),
-                ),
-                run(
-                    "t::xfail",
-                    "passed",
-                    Some(("skipped", true)),
-                    Some("passed"),
-                ),
-                run("t::xpass", "passed", Some(("passed", true)), Some("passed")),
-            ],
-            true,
+        let mut l = started();
+        run(
+            &mut l,
+            "t::pass",
+            "passed",
+            Some(("passed", false)),
+            Some("passed"),
         );
+        run(
+            &mut l,
+            "t::fail",
+            "passed",
+            Some(("failed", false)),
+            Some("passed"),
+        );
+        run(&mut l, "t::setup_error", "failed", None, Some("passed"));
+        run(
+            &mut l,
+            "t::teardown_error",
+            "passed",
+            Some(("passed", false)),
+            Some("failed"),
+        );
+        run(&mut l, "t::skip", "skipped", None, Some("passed"));
+        run(
+            &mut l,
+            "t::skip_in_call",
+            "passed",
+            Some(("skipped", false)),
+            Some("passed"),
+        );
+        run(
+            &mut l,
+            "t::xfail",
+            "passed",
+            Some(("skipped", true)),
+            Some("passed"),
+        );
+        run(
+            &mut l,
+            "t::xpass",
+            "passed",
+            Some(("passed", true)),
+            Some("passed"),
+        );
+        l.finished = true;
         let o = |id| l.outcome(id, false);
         assert_eq!(o("t::pass"), TestOutcome::Passed);
         assert_eq!(o("t::fail"), TestOutcome::Failed);
@@ -303,14 +322,24 @@ mod tests {
         assert_eq!(o("t::xfail"), TestOutcome::Failed);
         assert_eq!(o("t::xpass"), TestOutcome::Failed);
         assert_eq!(o("t::never_collected"), TestOutcome::Missing);
-        assert!(l.started && l.finished);
+        let c = l.pytest_counts();
+        assert_eq!(
+            (c.passed, c.failed, c.errors, c.skipped, c.xfailed, c.xpassed),
+            (2, 1, 2, 2, 1, 1)
+        );
     }
 
     #[test]
     fn a_killed_run_marks_unfinished_tests() {
-        let mut lines = run("t::done", "passed", Some(("passed", false)), Some("passed"));
-        lines.extend(run("t::hangs", "passed", None, None));
-        let l = log(vec![lines], false);
+        let mut l = started();
+        run(
+            &mut l,
+            "t::done",
+            "passed",
+            Some(("passed", false)),
+            Some("passed"),
+        );
+        run(&mut l, "t::hangs", "passed", None, None);
         assert_eq!(l.outcome("t::done", true), TestOutcome::Passed);
         assert_eq!(l.outcome("t::hangs", true), TestOutcome::Timeout);
         assert_eq!(l.outcome("t::never_reached", true), TestOutcome::Timeout);
@@ -320,14 +349,10 @@ mod tests {
 
     #[test]
     fn tests_in_a_file_that_did_not_collect_are_errors() {
-        let text = [
-            r#"{"event": "start", "python": "3.11.7"}"#,
-            r#"{"event": "collect_error", "nodeid": "tests/hidden/test_h.py", "message": "ImportError"}"#,
-            r#"{"event": "finish", "exitstatus": 2}"#,
-            r#"{"event": "report", "nodeid": "torn"#,
-        ]
-        .join("\n");
-        let l = TestLog::parse(&text);
+        let mut l = started();
+        l.collect_errors
+            .push(("tests/hidden/test_h.py".into(), "ImportError".into()));
+        l.finished = true;
         assert_eq!(
             l.outcome("tests/hidden/test_h.py::test_a", false),
             TestOutcome::Error
@@ -336,6 +361,5 @@ mod tests {
             l.outcome("tests/public/test_p.py::test_b", false),
             TestOutcome::Missing
         );
-        assert_eq!(l.collect_errors.len(), 1);
     }
 }

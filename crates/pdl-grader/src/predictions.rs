@@ -233,6 +233,7 @@ fn invalid_record(
             submission_digest: digest,
             ..Provenance::default()
         },
+        suspicious: Vec::new(),
         episode: None,
     }
 }

@@ -1,17 +1,34 @@
-//! Running pytest on a graded tree ([`run_pytest`]): the deterministic
-//! environment, the outcome plugin, the sandboxed command.
+//! Running pytest on a graded tree ([`run_pytest`]): the trusted bootstrap,
+//! the outcome channel, the deterministic environment, the sandboxed command,
+//! and the channels that must agree ([`cross_check`]).
+//!
+//! The graded tree and the bootstrap are bound read-only; the run writes only
+//! to in-memory scratch (`/tmp`, HOME) that is not executable. The bootstrap
+//! gets its configuration (with the run's MAC key) on standard input and the
+//! write end of a pipe on descriptor [`OUTCOME_FD`]; the harness drains the
+//! other end itself. Nothing of the channel is in the environment or in a file.
 
 use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pdl_sandbox::{ProcessRunner, ResourceLimits, RunReport, SandboxCommand};
+use pdl_sandbox::{PassedFd, ProcessRunner, ResourceLimits, RunReport, RunStatus, SandboxCommand};
+use serde_json::json;
 
 use crate::env::PythonEnv;
-use crate::outcome::TestLog;
+use crate::outcome::{PytestCounts, TestLog};
+use crate::protocol::{read_channel, to_test_log, Breach, RunMode, MAX_CHANNEL_BYTES};
 
-/// The plugin's source, written next to each run.
-pub const PLUGIN_SOURCE: &str = include_str!("plugin/pdl_outcomes.py");
+/// The bootstrap's source, written next to each run.
+pub const BOOTSTRAP_SOURCE: &str = include_str!("plugin/pdl_boot.py");
+
+/// The descriptor the outcome channel arrives on in the sandbox.
+pub const OUTCOME_FD: i32 = 5;
+
+/// Bytes of in-memory scratch (`/tmp`, `/var/tmp`, HOME, each) a test run gets.
+pub const TEST_SCRATCH_BYTES: u64 = 256 << 20;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -22,13 +39,27 @@ pub enum PytestMode {
     CollectAll,
 }
 
-/// The test run's folders: the graded tree and a scratch folder beside it.
+/// A test run's folders.
 #[derive(Debug, Clone)]
 pub struct RunDirs {
-    /// The graded tree (pytest's root directory and working directory).
+    /// The graded tree (pytest's root and working directory), read-only to
+    /// the run.
     pub tree: PathBuf,
-    /// Scratch: plugin, selection, outcomes, output, private HOME and /tmp.
-    pub scratch: PathBuf,
+    /// Where the bootstrap is written (read-only to the run).
+    pub boot: PathBuf,
+    /// Where the run's output goes (out of the run's reach).
+    pub output: PathBuf,
+}
+
+/// What the bootstrap must know of the tree.
+#[derive(Debug, Clone, Default)]
+pub struct TreeFacts {
+    /// Changed `.py` files to compile (the pristine ones compile).
+    pub compile: Vec<String>,
+    /// Every test file of the tree (hidden and public).
+    pub test_files: Vec<String>,
+    /// Pristine `conftest.py` files with their SHA-256.
+    pub conftests: Vec<(String, String)>,
 }
 
 /// The result of one pytest run.
@@ -36,8 +67,10 @@ pub struct RunDirs {
 pub struct PytestRun {
     /// How the process ended.
     pub report: RunReport,
-    /// What the plugin reported.
+    /// What the channel reported (empty when it was breached).
     pub log: TestLog,
+    /// Why the channel cannot be trusted, if it cannot.
+    pub breach: Option<Breach>,
 }
 
 /// The unique test files of a list of node IDs, sorted.
@@ -50,7 +83,7 @@ pub fn test_files(ids: &[String]) -> Vec<String> {
 }
 
 /// The deterministic environment every test run gets (nothing else is inherited).
-fn test_environment(env: &PythonEnv, dirs: &RunDirs, cmd: SandboxCommand) -> SandboxCommand {
+fn test_environment(env: &PythonEnv, cmd: SandboxCommand) -> SandboxCommand {
     let bin = env.root.join("bin");
     cmd.env(
         "PATH",
@@ -66,94 +99,230 @@ fn test_environment(env: &PythonEnv, dirs: &RunDirs, cmd: SandboxCommand) -> San
     .env("PYTHONDONTWRITEBYTECODE", "1")
     .env("PYTHONNOUSERSITE", "1")
     .env("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    .env(
-        "PYTHONPATH",
-        dirs.scratch.join("plugin").display().to_string(),
-    )
-    .env(
-        "PDL_OUTCOMES_FILE",
-        dirs.scratch.join("outcomes.jsonl").display().to_string(),
-    )
     .env("USER", "pdl")
     .env("LOGNAME", "pdl")
     .env("NO_COLOR", "1")
     .env("COLUMNS", "120")
 }
 
-/// Runs pytest once over the tree and reads back every outcome.
+/// 32 bytes from the kernel's random source.
+fn random_key() -> std::io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    Ok(key)
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-element array for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded; both descriptors are ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Runs pytest once over the tree through the bootstrap and reads every
+/// outcome from the channel.
 pub fn run_pytest(
     runner: &dyn ProcessRunner,
     env: &PythonEnv,
     dirs: &RunDirs,
     mode: &PytestMode,
+    facts: &TreeFacts,
     timeout: Duration,
     limits: &ResourceLimits,
 ) -> std::io::Result<PytestRun> {
-    let plugin_dir = dirs.scratch.join("plugin");
-    std::fs::create_dir_all(&plugin_dir)?;
-    std::fs::write(plugin_dir.join("pdl_outcomes.py"), PLUGIN_SOURCE)?;
-    let outcomes = dirs.scratch.join("outcomes.jsonl");
-    std::fs::write(&outcomes, b"")?;
+    std::fs::create_dir_all(&dirs.boot)?;
+    let boot = dirs.boot.join("pdl_boot.py");
+    std::fs::write(&boot, BOOTSTRAP_SOURCE)?;
+    let key = random_key()?;
+    let tree = dirs.tree.display().to_string();
     let mut args: Vec<String> = vec![
-        "-m".into(),
-        "pytest".into(),
-        "-p".into(),
-        "pdl_outcomes".into(),
         "-p".into(),
         "no:cacheprovider".into(),
         "--rootdir".into(),
-        dirs.tree.display().to_string(),
+        tree.clone(),
         "-q".into(),
         "--tb=short".into(),
         "--color=no".into(),
         "--continue-on-collection-errors".into(),
     ];
-    let mut cmd = SandboxCommand::new(&env.python, &dirs.tree, &dirs.scratch);
-    match mode {
+    let (select, run_mode): (Vec<String>, &str) = match mode {
         PytestMode::Select(ids) => {
-            let select = dirs.scratch.join("select.txt");
-            std::fs::write(&select, ids.join("\n") + "\n")?;
-            cmd = cmd
-                .env("PDL_SELECT_FILE", select.display().to_string())
-                .env("PDL_COMPILE_CHECK", "1");
             args.push("--".into());
             args.extend(test_files(ids));
+            (ids.clone(), "select")
         }
         PytestMode::CollectAll => {
             args.push("--collect-only".into());
+            (Vec::new(), "collect")
         }
-    }
+    };
+    let config = json!({
+        "key": hex::encode(key),
+        "fd": OUTCOME_FD,
+        "root": tree,
+        "mode": run_mode,
+        "select": select,
+        "compile": facts.compile,
+        "test_files": facts.test_files,
+        "conftests": facts.conftests.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "args": args,
+    });
     let mut limits = limits.clone();
     limits.wall_time = timeout;
-    cmd = test_environment(env, dirs, cmd.args(args).limits(limits))
-        .writable(dirs.tree.clone())
-        .writable(dirs.scratch.clone());
+    let mut cmd = SandboxCommand::new(&env.python, &dirs.tree, &dirs.output)
+        .args([boot.display().to_string()])
+        .limits(limits)
+        .memory_scratch(TEST_SCRATCH_BYTES)
+        .stdin(serde_json::to_vec(&config).expect("configs serialize"))
+        .readable(dirs.tree.clone())
+        .readable(dirs.boot.clone());
+    cmd.noexec = true;
+    cmd.output = dirs.output.join("pytest.log");
     for path in &env.readable_paths {
         cmd = cmd.readable(path.clone());
     }
-    // The exact command, for reproducing a grading by hand from a kept workdir.
-    std::fs::write(
-        dirs.scratch.join("command.json"),
-        serde_json::to_vec_pretty(&serde_json::json!({
-            "program": cmd.program,
-            "args": cmd.args,
-            "cwd": cmd.cwd,
-            "env": cmd.env,
-        }))
-        .expect("commands serialize"),
-    )?;
-    let report = runner.run(&cmd);
-    let text = std::fs::read_to_string(&outcomes).unwrap_or_default();
-    Ok(PytestRun {
-        report,
-        log: TestLog::parse(&text),
+    cmd = test_environment(env, cmd);
+    let (read_end, write_end) = pipe()?;
+    let drain = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = std::fs::File::from(read_end)
+            .take(MAX_CHANNEL_BYTES as u64 + 1)
+            .read_to_end(&mut bytes);
+        bytes
+    });
+    let report = runner.run_with(
+        &cmd,
+        vec![PassedFd {
+            target: OUTCOME_FD,
+            fd: write_end,
+        }],
+    );
+    let bytes = drain.join().unwrap_or_default();
+    let run_mode = match mode {
+        PytestMode::Select(ids) => RunMode::Select(ids),
+        PytestMode::CollectAll => RunMode::Collect,
+    };
+    let outcome = read_channel(&bytes, &key).and_then(|events| to_test_log(&events, run_mode));
+    Ok(match outcome {
+        Ok(log) => PytestRun {
+            report,
+            log,
+            breach: None,
+        },
+        Err(breach) => PytestRun {
+            report,
+            log: TestLog::default(),
+            breach: Some(breach),
+        },
     })
 }
 
-/// The scratch folder layout for a grading rooted at `base`.
+/// pytest's own account of the run: the counts of its last summary line.
+pub fn terminal_summary(tail: &str) -> Option<PytestCounts> {
+    let line = tail.lines().rev().find(|l| !l.trim().is_empty())?;
+    let line = line.trim().trim_matches('=').trim();
+    let (counts, time) = line.rsplit_once(" in ")?;
+    if !time.trim_end().ends_with('s') {
+        return None;
+    }
+    let mut out = PytestCounts::default();
+    if counts == "no tests ran" {
+        return Some(out);
+    }
+    for part in counts.split(", ") {
+        let (n, word) = part.trim().split_once(' ')?;
+        let n: u64 = n.parse().ok()?;
+        match word {
+            "passed" => out.passed = n,
+            "failed" => out.failed = n,
+            "error" | "errors" => out.errors = n,
+            "skipped" => out.skipped = n,
+            "xfailed" => out.xfailed = n,
+            "xpassed" => out.xpassed = n,
+            "deselected" | "warning" | "warnings" | "rerun" | "reruns" => {}
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The channels of a finished run that must agree: the signed protocol, the
+/// process's exit status, and pytest's terminal summary (read from the output,
+/// a descriptor of its own). Honest runs always agree; `Err` says how they do
+/// not.
+pub fn cross_check(run: &PytestRun) -> Result<(), Breach> {
+    let log = &run.log;
+    if !log.finished {
+        return Ok(());
+    }
+    let status = log.exit_status.unwrap_or(-1);
+    if let RunStatus::Exited { code } = run.report.status {
+        if i64::from(code) != status {
+            return Err(Breach(format!(
+                "pytest reported exit status {status} but the process exited with {code}"
+            )));
+        }
+    }
+    let counts = log.pytest_counts();
+    if status == 0 && (counts.failed > 0 || counts.errors > 0) {
+        return Err(Breach(
+            "pytest's exit status says every test passed, its reports say otherwise".into(),
+        ));
+    }
+    if status == 1 && counts.failed + counts.errors == 0 {
+        return Err(Breach(
+            "pytest's exit status says tests failed, its reports say none did".into(),
+        ));
+    }
+    if !matches!(status, 0 | 1) || log.collected.is_empty() {
+        return Ok(());
+    }
+    match terminal_summary(&run.report.output_tail(4096)) {
+        None => Err(Breach(
+            "pytest's terminal summary is missing or is not the last line of its output".into(),
+        )),
+        Some(summary) => {
+            if (summary.passed, summary.failed, summary.errors)
+                == (counts.passed, counts.failed, counts.errors)
+            {
+                Ok(())
+            } else {
+                Err(Breach(format!(
+                    "pytest's terminal summary ({} passed, {} failed, {} errors) disagrees with its reports ({} passed, {} failed, {} errors)",
+                    summary.passed, summary.failed, summary.errors, counts.passed, counts.failed, counts.errors
+                )))
+            }
+        }
+    }
+}
+
+/// The folders of a grading rooted at `base`.
 pub fn run_dirs(base: &Path) -> RunDirs {
     RunDirs {
-        tree: base.join("tree"),
-        scratch: base.join("run"),
+        tree: base.join("graded"),
+        boot: base.join("boot"),
+        output: base.join("out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_summaries_are_read() {
+        let s = terminal_summary("x\n1 failed, 5 passed, 2 deselected in 0.12s\n").unwrap();
+        assert_eq!((s.passed, s.failed, s.errors), (5, 1, 0));
+        let s = terminal_summary("==== 2 errors, 1 xfailed in 1.0s ====\n\n").unwrap();
+        assert_eq!((s.errors, s.xfailed), (2, 1));
+        assert_eq!(
+            terminal_summary("no tests ran in 0.01s"),
+            Some(PytestCounts::default())
+        );
+        assert!(terminal_summary("7 passed in 0.01s\nforged afterwards\n").is_none());
+        assert!(terminal_summary("").is_none());
     }
 }

@@ -21,6 +21,10 @@ pub enum Verdict {
     PatchFailed,
     /// The test run hit its time bound; tests that did not finish count as failed.
     Timeout,
+    /// The submission interfered with the grading machinery: forged or
+    /// conflicting outcomes, a broken outcome protocol, channels that disagree,
+    /// pytest's machinery changed. Reward 0.
+    Tampered,
     /// The harness could not grade (environment, sandbox, task defect). Not the
     /// submission's fault; excluded from means and retried by campaigns.
     HarnessError,
@@ -37,6 +41,7 @@ impl Verdict {
             Verdict::PolicyViolation => "policy_violation",
             Verdict::PatchFailed => "patch_failed",
             Verdict::Timeout => "timeout",
+            Verdict::Tampered => "tampered",
             Verdict::HarnessError => "harness_error",
             Verdict::InvalidPrediction => "invalid_prediction",
         }
@@ -97,6 +102,30 @@ pub struct PolicyReport {
     pub dropped: Vec<String>,
 }
 
+/// One line of a graded change that a review rule matched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuspiciousLine {
+    /// Repository-relative path.
+    pub path: String,
+    /// Line number in the graded file.
+    pub line: usize,
+    /// The rule that matched.
+    pub rule: String,
+    /// The line (trimmed, at most 200 characters).
+    pub text: String,
+}
+
+impl From<crate::suspicious::SuspiciousMatch> for SuspiciousLine {
+    fn from(m: crate::suspicious::SuspiciousMatch) -> Self {
+        SuspiciousLine {
+            path: m.path,
+            line: m.line,
+            rule: m.rule.to_string(),
+            text: m.text,
+        }
+    }
+}
+
 /// The Python environment a grading ran in.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct EnvironmentInfo {
@@ -119,8 +148,9 @@ pub struct Provenance {
     pub submission_digest: String,
     /// The Python environment.
     pub environment: EnvironmentInfo,
-    /// The sandbox (`namespaces` or `none`) and its limits.
-    pub sandbox: serde_json::Value,
+    /// What the sandbox actually enforced on the test run.
+    #[serde(default)]
+    pub sandbox: pdl_sandbox::Enforcement,
     /// The bound on the test run, in seconds.
     pub test_timeout_s: f64,
     /// When grading started (RFC 3339, UTC).
@@ -164,6 +194,10 @@ pub struct ResultRecord {
     pub duration_s: f64,
     /// Where the record came from.
     pub provenance: Provenance,
+    /// Lines of the graded change set that use the grading machinery or
+    /// introspection, for a person to review (not a verdict).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspicious: Vec<SuspiciousLine>,
     /// Episode fields (tokens, end reason, trajectory), for episode records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub episode: Option<serde_json::Value>,

@@ -22,6 +22,7 @@ pub fn record(instance_id: &str, kind: &str, reward: f64) -> ResultRecord {
         collection_errors: Vec::new(),
         duration_s: 1.0,
         provenance: Default::default(),
+        suspicious: Vec::new(),
         episode: None,
     }
 }

@@ -37,6 +37,7 @@ fn record(instance_id: &str, kind: SubmissionKind, reward: f64) -> ResultRecord 
             started_at: "2025-03-01T10:00:00Z".to_string(),
             ..Provenance::default()
         },
+        suspicious: Vec::new(),
         episode: None,
     }
 }

@@ -227,7 +227,10 @@ impl RunCgroup {
                 if let Some(bytes) = memory_bytes {
                     write_file(&memory.join("memory.limit_in_bytes"), &bytes.to_string())?;
                     // Where swap accounting exists, swap counts too.
-                    let _ = write_file(&memory.join("memory.memsw.limit_in_bytes"), &bytes.to_string());
+                    let _ = write_file(
+                        &memory.join("memory.memsw.limit_in_bytes"),
+                        &bytes.to_string(),
+                    );
                 }
                 if let Some(n) = max_processes {
                     write_file(&pids.join("pids.max"), &n.to_string())?;

@@ -158,6 +158,9 @@ pub struct Enforcement {
     pub noexec: bool,
     /// The wall-clock bound, in seconds.
     pub wall_time_s: f64,
+    /// Seconds between SIGTERM and SIGKILL when the bound passes.
+    #[serde(default)]
+    pub kill_grace_s: f64,
     /// Output kept in the output file.
     pub max_output_bytes: u64,
     /// The host user the command ran as, when the runner chose one.

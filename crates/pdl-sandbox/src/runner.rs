@@ -88,13 +88,13 @@ impl ProcessRunner for PlainRunner {
             scratch_bytes: None,
             noexec: false,
             wall_time_s: limits.wall_time.as_secs_f64(),
+            kill_grace_s: limits.kill_grace.as_secs_f64(),
             max_output_bytes: limits.max_output_bytes,
             host_uid: None,
             masked: Vec::new(),
         };
-        let failed = |status: RunStatus| {
-            RunReport::not_started(status, &command.output, enforced.clone())
-        };
+        let failed =
+            |status: RunStatus| RunReport::not_started(status, &command.output, enforced.clone());
         let cgroup = match cgroup {
             Ok(c) => c,
             Err(e) => {

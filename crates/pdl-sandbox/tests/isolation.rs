@@ -2,8 +2,8 @@
 //! `pdl-sandbox-init` helper and checks what the host sees afterwards.
 
 use std::io::Read;
-use std::os::fd::FromRawFd;
 use std::net::TcpListener;
+use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -333,7 +333,10 @@ fn memory_is_bounded_for_the_whole_run_not_per_process() {
     cmd.limits.process_memory_bytes = Some(1 << 30);
     let r = runner().run(&cmd);
     let out = output(&r);
-    assert!(r.oom_kills > 0, "no process was stopped at the bound: {out}");
+    assert!(
+        r.oom_kills > 0,
+        "no process was stopped at the bound: {out}"
+    );
     assert!(out.contains("CODES"), "{:?}: {out}", r.status);
     assert!(out.contains(" 9"), "a child should have been killed: {out}");
     assert_ne!(r.enforced.memory_scope, pdl_sandbox::LimitScope::None);
@@ -350,7 +353,8 @@ fn a_fork_storm_cannot_starve_a_neighbouring_run() {
     bomb.limits.max_processes = Some(64);
     bomb.limits.wall_time = Duration::from_secs(8);
     let neighbour = Scratch::new();
-    let mut honest = neighbour.sh("sleep 1; for i in 1 2 3 4 5 6 7 8 9 10; do (true) & done; wait; echo FINE");
+    let mut honest =
+        neighbour.sh("sleep 1; for i in 1 2 3 4 5 6 7 8 9 10; do (true) & done; wait; echo FINE");
     honest.limits.max_processes = Some(64);
     let r = runner();
     let storm_thread = std::thread::spawn({
@@ -392,13 +396,19 @@ fn descriptors_handed_over_reach_the_command_and_nothing_else() {
         \x20       print('CLOSED', n)\n";
     let r = runner().run_with(
         &s.python(code),
-        vec![pdl_sandbox::PassedFd { target: 7, fd: write }],
+        vec![pdl_sandbox::PassedFd {
+            target: 7,
+            fd: write,
+        }],
     );
     assert_eq!(r.status, RunStatus::Exited { code: 0 }, "{}", output(&r));
     assert_eq!(reader.join().unwrap(), "through\n");
     // The sandbox's own status and spec descriptors never reach the command.
     let out = output(&r);
-    assert!(out.contains("CLOSED 3") && out.contains("CLOSED 4"), "{out}");
+    assert!(
+        out.contains("CLOSED 3") && out.contains("CLOSED 4"),
+        "{out}"
+    );
     let bad = runner().run_with(
         &s.sh("true"),
         vec![pdl_sandbox::PassedFd {
@@ -420,9 +430,18 @@ fn in_memory_scratch_is_bounded_private_and_noexec() {
     cmd.noexec = true;
     let r = runner().run(&cmd);
     let out = output(&r);
-    assert!(out.contains(&format!("HOME={}", pdl_sandbox::PRIVATE_HOME)), "{out}");
-    assert!(out.contains("No space left"), "the scratch is not bounded: {out}");
-    assert!(out.contains("NOEXEC") && out.contains("WORK-NOEXEC") && !out.contains("RAN"), "{out}");
+    assert!(
+        out.contains(&format!("HOME={}", pdl_sandbox::PRIVATE_HOME)),
+        "{out}"
+    );
+    assert!(
+        out.contains("No space left"),
+        "the scratch is not bounded: {out}"
+    );
+    assert!(
+        out.contains("NOEXEC") && out.contains("WORK-NOEXEC") && !out.contains("RAN"),
+        "{out}"
+    );
     assert!(out.contains("HOME-WRITABLE"), "{out}");
     assert_eq!(r.enforced.scratch_bytes, Some(4 << 20));
     assert!(r.enforced.noexec);
@@ -437,10 +456,17 @@ fn masked_host_files_read_as_empty() {
         .run(&s.sh("wc -c < /etc/os-release; cat /etc/os-release | head -1"));
     assert_eq!(r.status, RunStatus::Exited { code: 0 }, "{}", output(&r));
     assert_eq!(output(&r).trim(), "0", "{}", output(&r));
-    assert!(r.enforced.masked.contains(&std::fs::canonicalize("/etc/os-release").unwrap()));
+    assert!(r
+        .enforced
+        .masked
+        .contains(&std::fs::canonicalize("/etc/os-release").unwrap()));
     // The helper itself (here pdl-sandbox-init) is masked by default.
     let helper = std::fs::canonicalize(env!("CARGO_BIN_EXE_pdl-sandbox-init")).unwrap();
-    assert!(runner().run(&s.sh("true")).enforced.masked.contains(&helper));
+    assert!(runner()
+        .run(&s.sh("true"))
+        .enforced
+        .masked
+        .contains(&helper));
 }
 
 #[test]
@@ -459,10 +485,15 @@ fn the_output_file_is_never_written_through_a_link() {
 #[test]
 fn the_tail_of_long_output_is_kept_in_memory() {
     let s = Scratch::new();
-    let mut cmd = s.sh("i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done; echo LAST-LINE");
+    let mut cmd =
+        s.sh("i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done; echo LAST-LINE");
     cmd.limits.max_output_bytes = 1000;
     let r = runner().run(&cmd);
     assert!(r.output_truncated);
-    assert!(r.output_tail(200).trim_end().ends_with("LAST-LINE"), "{}", r.output_tail(200));
+    assert!(
+        r.output_tail(200).trim_end().ends_with("LAST-LINE"),
+        "{}",
+        r.output_tail(200)
+    );
     assert!(std::fs::metadata(&r.output_path).unwrap().len() < 2000);
 }

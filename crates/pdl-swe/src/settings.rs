@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use pdl_grader::changes::TreeLimits;
 use pdl_grader::{find_interpreter, EnvManager, GradeSettings, Grader};
 use pdl_sandbox::{ProcessRunner, ResourceLimits, SandboxKind};
+use pdl_task::diff::PatchLimits;
 use pdl_task::Dataset;
 
 use crate::cli::{DatasetArgs, RunArgs, SandboxChoice};
@@ -31,6 +33,9 @@ pub struct RunSettings {
     pub grader: Grader,
     /// The runner every piece of task code goes through.
     pub runner: Arc<dyn ProcessRunner>,
+    /// The work folder the harness made (removed when the settings go, unless
+    /// asked to keep grading folders); `None` when the user named one.
+    _own_work_root: Option<tempfile::TempDir>,
 }
 
 /// The default cache folder.
@@ -55,13 +60,25 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
     };
     let runner: Arc<dyn ProcessRunner> =
         pdl_sandbox::runner(kind).map_err(ExitError::environment)?;
-    let work_root = args
-        .work_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("pdl-swe-{}", std::process::id())));
-    std::fs::create_dir_all(&work_root)
-        .with_context(|| format!("cannot create the work folder {}", work_root.display()))
-        .map_err(ExitError::environment)?;
+    // A folder the user names is theirs: created if missing, never removed.
+    // Otherwise the harness makes one of its own with a name no one can guess.
+    let (work_root, own) = match &args.work_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the work folder {}", dir.display()))
+                .map_err(ExitError::environment)?;
+            (dir.clone(), None)
+        }
+        None => {
+            let mut dir = tempfile::Builder::new()
+                .prefix("pdl-swe-")
+                .tempdir()
+                .context("cannot create a work folder in the temporary folder")
+                .map_err(ExitError::environment)?;
+            dir.disable_cleanup(args.keep_workdirs);
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
     let test_timeout = match args.test_timeout {
         Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
         Some(s) => {
@@ -77,6 +94,8 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
             keep_workdirs: args.keep_workdirs,
             test_timeout,
             limits: ResourceLimits::default(),
+            tree_limits: TreeLimits::default(),
+            patch_limits: PatchLimits::default(),
         },
         envs,
         runner.clone(),
@@ -86,19 +105,6 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
         cache_dir,
         grader,
         runner,
+        _own_work_root: own,
     })
-}
-
-impl Drop for RunSettings {
-    fn drop(&mut self) {
-        // The per-process work folder is ours alone; leave nothing behind unless asked.
-        let root = self.grader.work_root();
-        if root
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("pdl-swe-"))
-            && !self.grader.keeps_workdirs()
-        {
-            let _ = std::fs::remove_dir_all(root);
-        }
-    }
 }

@@ -141,7 +141,7 @@ fn a_scripted_builtin_episode_that_fixes_the_task_scores_one() {
         );
         let patch = std::fs::read_to_string(out.join(ep["patch"].as_str().unwrap())).unwrap();
         assert!(patch.contains("+    for _ in range(abs(b)):"), "{patch}");
-        assert_eq!(e["provenance"]["sandbox"]["kind"], "namespaces");
+        assert_eq!(e["provenance"]["sandbox"]["sandbox"], "namespaces");
     }
     assert_ne!(eps[0]["episode"]["key"], eps[1]["episode"]["key"]);
     assert!(out.join("report/index.html").is_file());

@@ -197,7 +197,7 @@ fn hostile_patches_end_as_verdicts_and_leave_no_trace() {
         if let Some(reward) = case.reward {
             assert_eq!(r["reward"].as_f64(), Some(reward), "{}: {r}", case.name);
         }
-        assert_eq!(r["provenance"]["sandbox"]["kind"], "namespaces");
+        assert_eq!(r["provenance"]["sandbox"]["sandbox"], "namespaces");
     }
     // Nothing reached the host.
     assert!(

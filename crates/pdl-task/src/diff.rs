@@ -499,7 +499,12 @@ pub fn parse_patch_with(text: &str, limits: &PatchLimits) -> Result<PatchSet, Di
                 // git strips the first component of these paths whatever it
                 // is: a header without the a/ and b/ prefixes names other files
                 // than it seems to.
-                Some((a, b)) if !a.starts_with("a/") || !b.starts_with("b/") => {
+                // (`git diff --no-index` writes `a/x a/x` for a deleted file.)
+                Some((a, b))
+                    if ![a, b]
+                        .iter()
+                        .all(|p| p.starts_with("a/") || p.starts_with("b/")) =>
+                {
                     return Err(DiffError {
                         line: i + 1,
                         reason: format!(
@@ -622,7 +627,9 @@ pub fn parse_patch_with(text: &str, limits: &PatchLimits) -> Result<PatchSet, Di
             section.raw.push_str(line);
             let mode = |m: &str| -> Result<String, DiffError> {
                 match parse_mode(m) {
-                    Some(v) if matches!(v & MODE_TYPE, MODE_REGULAR | MODE_SYMLINK | MODE_GITLINK) => {
+                    Some(v)
+                        if matches!(v & MODE_TYPE, MODE_REGULAR | MODE_SYMLINK | MODE_GITLINK) =>
+                    {
                         Ok(format!("{v:06o}"))
                     }
                     _ => Err(DiffError {
@@ -902,7 +909,8 @@ mod tests {
         let binary = "diff --git a/src/b.bin b/src/b.bin\nnew file mode 100644\nindex 0000000..8352675\nGIT binary patch\nliteral 3\nKcmZQzWC8#H2LJ>B\n\nliteral 0\nHcmV?d00001\n\n";
         let set = parse_patch(binary).unwrap();
         assert!(set.files[0].binary);
-        let smuggled = format!("{binary}--- a/conftest.py\n+++ b/conftest.py\n@@ -1 +1 @@\n-a\n+b\n");
+        let smuggled =
+            format!("{binary}--- a/conftest.py\n+++ b/conftest.py\n@@ -1 +1 @@\n-a\n+b\n");
         let err = parse_patch(&smuggled).unwrap_err();
         assert!(err.reason.contains("after a binary section"), "{err}");
         let next = format!("{binary}diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
@@ -918,12 +926,20 @@ mod tests {
 
     #[test]
     fn modes_are_read_as_octal_numbers() {
-        for (mode, link) in [("120000", true), ("0120000", true), ("120000 ", true), ("160000", true), ("100644", false), ("0100755", false)] {
+        for (mode, link) in [
+            ("120000", true),
+            ("0120000", true),
+            ("120000 ", true),
+            ("160000", true),
+            ("100644", false),
+            ("0100755", false),
+        ] {
             let p = format!("diff --git a/l b/l\nnew file mode {mode}\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+x\n");
             let set = parse_patch(&p).unwrap();
             assert_eq!(set.files[0].involves_symlink(), link, "{mode}");
         }
-        let p = "diff --git a/l b/l\nnew file mode 140000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+x\n";
+        let p =
+            "diff --git a/l b/l\nnew file mode 140000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+x\n";
         assert!(parse_patch(p).unwrap_err().reason.contains("mode"));
     }
 

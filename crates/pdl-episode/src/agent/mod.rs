@@ -132,62 +132,35 @@ pub fn prepare_workspace(files: &[RepoFile], dir: &Path) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Copies a tree without following symbolic links and without `.git` or caches.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    let mut walker = walkdir_entries(from)?;
-    walker.sort();
-    for rel in walker {
-        let src = from.join(&rel);
-        let dst = to.join(&rel);
-        let meta = std::fs::symlink_metadata(&src)?;
-        if let Some(parent) = dst.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        if meta.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
-        } else if meta.is_file() {
-            std::fs::copy(&src, &dst)?;
-        }
-    }
-    Ok(())
-}
-
-fn walkdir_entries(root: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        for entry in std::fs::read_dir(root.join(&rel))? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let child = rel.join(&name);
-            let rel_text = child.to_string_lossy().replace('\\', "/");
-            if pdl_grader::workspace::is_ignored(&rel_text) {
-                continue;
-            }
-            let ft = entry.file_type()?;
-            if ft.is_dir() {
-                stack.push(child);
-            } else {
-                out.push(child);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The agent's changes as a unified diff against the pristine files. Computed on
-/// copies, never inside the agent's repository (whose git configuration the agent
-/// controls).
+/// The agent's graded changes as a unified diff against the pristine files:
+/// the workspace is read without following anything and within `limits`, and
+/// only the changes the task's policy lets through are in the diff (dropped
+/// files are listed in the record, never copied). The diff is made by git on two
+/// trees the harness writes itself, never inside the agent's repository (whose
+/// configuration the agent controls).
 pub fn final_patch(
     files: &[RepoFile],
+    policy: &pdl_grader::PatchPolicy,
     workspace: &Path,
     scratch: &Path,
+    limits: &pdl_grader::changes::TreeLimits,
 ) -> std::io::Result<String> {
+    use pdl_grader::changes::{build_graded_tree, police_tree, TreeOrigin};
+    let policed = police_tree(
+        workspace,
+        TreeOrigin::Workspace,
+        files,
+        policy,
+        &[],
+        &[],
+        limits,
+    )
+    .map_err(std::io::Error::other)?;
     let root = scratch.join("final-patch");
     let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root)?;
     pdl_grader::workspace::materialize(files, &root.join("a"))?;
-    copy_tree(workspace, &root.join("b"))?;
+    build_graded_tree(&root.join("b"), files, &policed.graded, &[])?;
     let out = git(&root)
         .args([
             "diff",
@@ -196,6 +169,7 @@ pub fn final_patch(
             "--no-prefix",
             "--no-color",
             "--no-ext-diff",
+            "--no-textconv",
             "a",
             "b",
         ])
@@ -383,7 +357,18 @@ mod tests {
             marker.display()
         );
         std::fs::write(ws.join(".git/config"), config).unwrap();
-        let patch = final_patch(&files, &ws, dir.path()).unwrap();
+        let policy = pdl_grader::PatchPolicy::new(&["**".to_string()], &[]).unwrap();
+        // A dropped file is listed, never copied into the patch.
+        let only_src = pdl_grader::PatchPolicy::new(&["src/**".to_string()], &[]).unwrap();
+        std::fs::write(ws.join("notes.bin"), vec![7u8; 4096]).unwrap();
+        let limits = pdl_grader::changes::TreeLimits::default();
+        let narrow = final_patch(&files, &only_src, &ws, dir.path(), &limits).unwrap();
+        assert!(
+            !narrow.contains("notes.bin") && narrow.contains("src/new.py"),
+            "{narrow}"
+        );
+        std::fs::remove_file(ws.join("notes.bin")).unwrap();
+        let patch = final_patch(&files, &policy, &ws, dir.path(), &limits).unwrap();
         assert!(!marker.exists());
         assert!(
             patch.contains("diff --git a/src/a.py b/src/a.py"),

@@ -119,7 +119,13 @@ fn private_tmpfs(target: &Path, size: u64, mode: &str, noexec: bool) -> Result<(
         flags |= libc::MS_NOEXEC;
     }
     let data = format!("size={size},mode={mode},uid={SANDBOX_ID},gid={SANDBOX_ID}");
-    mount(Some(Path::new("tmpfs")), target, Some("tmpfs"), flags, Some(&data))
+    mount(
+        Some(Path::new("tmpfs")),
+        target,
+        Some("tmpfs"),
+        flags,
+        Some(&data),
+    )
 }
 
 /// The flags of the mount under `path` that a remount in a user namespace must
@@ -214,7 +220,12 @@ fn build_root(spec: &InitSpec) -> Result<(), String> {
         bind(root, path, true, cmd.noexec)?;
     }
     match cmd.memory_scratch {
-        Some(size) => private_tmpfs(&inside(root, Path::new(PRIVATE_HOME)), size, "0700", cmd.noexec)?,
+        Some(size) => private_tmpfs(
+            &inside(root, Path::new(PRIVATE_HOME)),
+            size,
+            "0700",
+            cmd.noexec,
+        )?,
         None => bind(root, &cmd.home, true, cmd.noexec)?,
     }
     if let NetworkPolicy::Gateway { socket, .. } = &cmd.network {

@@ -199,6 +199,7 @@ impl ProcessRunner for NamespaceRunner {
             scratch_bytes: command.memory_scratch,
             noexec: command.noexec,
             wall_time_s: limits.wall_time.as_secs_f64(),
+            kill_grace_s: limits.kill_grace.as_secs_f64(),
             max_output_bytes: limits.max_output_bytes,
             host_uid: Some(if root_harness { id } else { host_uid }),
             masked: self.mask.clone(),
@@ -320,7 +321,12 @@ impl ProcessRunner for NamespaceRunner {
             }
         };
         let mut status = interpret(&status_text, s.timed_out, s.code_or_signal());
-        if oom_kills > 0 && status == (RunStatus::Signaled { signal: libc::SIGKILL }) {
+        if oom_kills > 0
+            && status
+                == (RunStatus::Signaled {
+                    signal: libc::SIGKILL,
+                })
+        {
             status = RunStatus::OutOfMemory;
         }
         RunReport {
