@@ -541,3 +541,84 @@ fn the_builtin_file_tools_never_write_through_a_planted_link() {
     // The links themselves are a policy violation of the workspace.
     assert_eq!(e["verdict"], "policy_violation", "{e}");
 }
+
+/// The harness's peak resident memory while `args` run.
+fn peak_rss_of(args: &[String]) -> (Output, f64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .args(args)
+        .env("PDL_TEST_REAL_KEY", REAL_KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let sampler = std::thread::spawn(move || {
+        let mut peak = 0u64;
+        while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            let kb = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0u64);
+            peak = peak.max(kb);
+            if status.contains("State:\tZ") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        peak
+    });
+    let out = child.wait_with_output().unwrap();
+    (out, sampler.join().unwrap() as f64 / 1024.0)
+}
+
+#[test]
+fn a_workspace_the_agent_shaped_is_its_own_doing_and_costs_the_harness_nothing() {
+    // Findings #1 and #9: an unreadable workspace is no way out of the means,
+    // and files the policy drops are never read, copied or put in the patch.
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut args = run_args(
+        &model.base_url(),
+        &out,
+        &[
+            "--agent-cmd",
+            &agent_cmd("deep.py"),
+            "--agent-cmd",
+            &agent_cmd("sparse.py"),
+            "-j",
+            "1",
+        ],
+    );
+    args.extend(["--samples".to_string(), "1".to_string()]);
+    let (run, peak_mb) = peak_rss_of(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert!(peak_mb < 500.0, "the harness peaked at {peak_mb:.0} MiB");
+    let eps = episodes(&out);
+    let deep = episode_of(&eps, "deep.py");
+    assert_eq!(deep["verdict"], "policy_violation", "{deep}");
+    assert!(
+        deep["detail"].as_str().unwrap().contains("path longer"),
+        "{deep}"
+    );
+    let sparse = episode_of(&eps, "sparse.py");
+    assert_eq!(sparse["verdict"], "graded", "{sparse}");
+    assert_eq!(sparse["reward"].as_f64(), Some(0.2), "{sparse}");
+    let dropped = sparse["policy"]["dropped"].as_array().unwrap();
+    assert_eq!(dropped.len(), 17, "{sparse}");
+    let patch = out.join(sparse["episode"]["patch"].as_str().unwrap());
+    assert!(
+        std::fs::metadata(&patch).unwrap().len() < 4096,
+        "dropped files reached the patch"
+    );
+    // Nothing the agent caused is run again on resume.
+    let again = pdl_swe(&args);
+    let said = text(&again);
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("episodes: 2 already done") && l.ends_with(", 0 to run")),
+        "{said}"
+    );
+    assert_eq!(episodes(&out).len(), 2);
+}
