@@ -210,9 +210,9 @@ impl<F: FnMut(&str, &WalkKind) -> Visit> Walker<'_, F> {
                 Mode::empty(),
             )
             .map_err(|e| entry_error(prefix, e))?;
-            let mut entries =
+            let entries =
                 rustix::fs::Dir::read_from(&listing).map_err(|e| entry_error(prefix, e))?;
-            while let Some(entry) = entries.next() {
+            for entry in entries {
                 let entry = entry.map_err(|e| entry_error(prefix, e))?;
                 let name = entry.file_name().to_bytes();
                 if name == b"." || name == b".." {

@@ -476,7 +476,8 @@ mod tests {
     #[test]
     fn links_specials_repositories_machinery_and_hidden_paths_are_violations() {
         let pristine = files(&[("src/a.py", "a\n"), ("tests/public/test_p.py", "t\n")]);
-        let cases: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+        type Make = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Make)> = vec![
             (
                 "src/link",
                 Box::new(|d: &Path| {

@@ -164,7 +164,7 @@ pub fn run_pytest(
         "fd": OUTCOME_FD,
         "root": tree,
         "mode": run_mode,
-        "select": select,
+        "select": &select,
         "compile": facts.compile,
         "test_files": facts.test_files,
         "conftests": facts.conftests.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
@@ -172,6 +172,7 @@ pub fn run_pytest(
     });
     let mut limits = limits.clone();
     limits.wall_time = timeout;
+    std::fs::create_dir_all(&dirs.output)?;
     let mut cmd = SandboxCommand::new(&env.python, &dirs.tree, &dirs.output)
         .args([boot.display().to_string()])
         .limits(limits)
@@ -185,6 +186,20 @@ pub fn run_pytest(
         cmd = cmd.readable(path.clone());
     }
     cmd = test_environment(env, cmd);
+    // The run, for reproducing it by hand from a kept grading folder (the key
+    // is not in it).
+    std::fs::write(
+        dirs.output.join("command.json"),
+        serde_json::to_vec_pretty(&json!({
+            "python": cmd.program,
+            "bootstrap": boot,
+            "cwd": cmd.cwd,
+            "env": cmd.env,
+            "node_ids": select,
+            "pytest_args": config["args"],
+        }))
+        .expect("commands serialize"),
+    )?;
     let (read_end, write_end) = pipe()?;
     let drain = std::thread::spawn(move || {
         let mut bytes = Vec::new();

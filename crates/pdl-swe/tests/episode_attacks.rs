@@ -544,7 +544,7 @@ fn the_builtin_file_tools_never_write_through_a_planted_link() {
 
 /// The harness's peak resident memory while `args` run.
 fn peak_rss_of(args: &[String]) -> (Output, f64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
         .args(args)
         .env("PDL_TEST_REAL_KEY", REAL_KEY)
         .stdout(Stdio::piped())

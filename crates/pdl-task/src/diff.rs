@@ -681,7 +681,7 @@ pub fn parse_patch_with(text: &str, limits: &PatchLimits) -> Result<PatchSet, Di
                 if let Some(m) = m.split_whitespace().nth(1) {
                     let m = mode(m)?;
                     section.old_mode.get_or_insert_with(|| m.clone());
-                    section.new_mode.get_or_insert_with(|| m);
+                    section.new_mode.get_or_insert(m);
                 }
             }
         } else {
