@@ -885,6 +885,7 @@ fn harness_error_record(task: &Task, job: &Job<'_>, model: &str, message: String
         compile_errors: Vec::new(),
         collection_errors: Vec::new(),
         duration_s: 0.0,
+        phases_s: Default::default(),
         provenance: Default::default(),
         suspicious: Vec::new(),
         episode: None,

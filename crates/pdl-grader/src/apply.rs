@@ -29,6 +29,10 @@ pub enum ApplyError {
     Infrastructure(String),
 }
 
+/// Address space of each process of the apply step: far above what `git
+/// apply` needs for the largest accepted patch on the largest accepted tree.
+const APPLY_PROCESS_MEMORY: u64 = 2 << 30;
+
 /// The script the sandbox runs: three attempts, stopping at the first that
 /// applies. `$1` is the patch file.
 const APPLY_SCRIPT: &str = r#"
@@ -91,7 +95,16 @@ pub fn apply_in_sandbox(
 ) -> Result<(), ApplyError> {
     let mut limits = limits.clone();
     limits.wall_time = limits.wall_time.min(Duration::from_secs(60));
-    limits.max_processes = Some(limits.max_processes.unwrap_or(64).min(64));
+    // git and the shell around it are the harness's choice and do not fork at
+    // will: per-process limits bound them (the process count through the run's
+    // own user), so the run skips the cgroup and its start-up cost.
+    limits.max_processes = Some(limits.max_processes.unwrap_or(16).min(16));
+    limits.process_memory_bytes = Some(
+        limits
+            .process_memory_bytes
+            .unwrap_or(APPLY_PROCESS_MEMORY)
+            .min(APPLY_PROCESS_MEMORY),
+    );
     limits.max_output_bytes = 64 << 10;
     let scratch = output.parent().unwrap_or(tree);
     let mut cmd = SandboxCommand::new("/bin/sh", tree, scratch)
@@ -116,6 +129,7 @@ pub fn apply_in_sandbox(
             tree.parent().unwrap_or(tree).display().to_string(),
         );
     cmd.noexec = true;
+    cmd.cgroup = false;
     cmd.output = output.to_path_buf();
     let report = runner.run(&cmd);
     match &report.status {

@@ -22,12 +22,14 @@ use crate::changes::{
     build_graded_tree, police_tree, GradedChange, Policed, TreeLimits, TreeOrigin,
 };
 use crate::env::{EnvManager, PythonEnv};
+use crate::exact_apply::{apply_exactly, write_changes};
 use crate::ladder::LadderFingerprints;
 use crate::outcome::{TestLog, TestOutcome};
 use crate::policy::PatchPolicy;
 use crate::pytest::{cross_check, run_dirs, run_pytest, PytestMode, PytestRun, TreeFacts};
 use crate::record::{
-    Components, PolicyReport, Provenance, ResultRecord, SubmissionKind, SuspiciousLine, Verdict,
+    Components, Phases, PolicyReport, Provenance, ResultRecord, SubmissionKind, SuspiciousLine,
+    Verdict,
 };
 use crate::workspace::materialize;
 
@@ -259,12 +261,17 @@ impl Grader {
             compile_errors: Vec::new(),
             collection_errors: Vec::new(),
             duration_s: 0.0,
+            phases_s: Phases::default(),
             provenance: Provenance {
                 harness_version: HARNESS_VERSION.into(),
                 task_digest: task.digest(),
                 submission_digest: submission.digest(),
                 environment: Default::default(),
-                sandbox: Enforcement::default(),
+                // The runner's name until a run in it reports what it enforced.
+                sandbox: Enforcement {
+                    sandbox: self.runner.kind().name().to_string(),
+                    ..Enforcement::default()
+                },
                 test_timeout_s: timeout.as_secs_f64(),
                 started_at,
             },
@@ -317,6 +324,7 @@ impl Grader {
         policy: &PatchPolicy,
         hidden: &[RepoFile],
         workdir: &Path,
+        phases: &mut Phases,
     ) -> Result<Policed, Stop> {
         let hidden_paths: Vec<String> = hidden.iter().map(|f| f.path.clone()).collect();
         let test_files: Vec<String> = task
@@ -381,6 +389,7 @@ impl Grader {
                         policy: Some(report),
                     });
                 }
+                let apply_started = Instant::now();
                 let scratch = workdir.join("apply");
                 let tree = scratch.join("tree");
                 let patch_dir = workdir.join("patch");
@@ -398,14 +407,33 @@ impl Grader {
                 }
                 std::fs::write(&patch_file, bytes)
                     .map_err(|e| Stop::harness(format!("{}: {e}", patch_file.display())))?;
-                match apply_in_sandbox(
-                    self.runner.as_ref(),
-                    &tree,
-                    &patch_file,
-                    set.strip,
-                    &output.join("apply.log"),
-                    &self.settings.limits,
-                ) {
+                // Every hunk where it says it is: the tree git would make,
+                // without starting git. Anything else, or a write the file
+                // system refuses, goes to git in the sandbox on a fresh tree.
+                let exact = match apply_exactly(&task.row.files, &set) {
+                    Some(changes) if write_changes(&tree, &changes).is_ok() => true,
+                    Some(_) => {
+                        std::fs::remove_dir_all(&tree)
+                            .and_then(|()| materialize(&task.row.files, &tree))
+                            .map_err(|e| {
+                                Stop::harness(format!("cannot write the pristine tree: {e}"))
+                            })?;
+                        false
+                    }
+                    None => false,
+                };
+                let applied = match exact {
+                    true => Ok(()),
+                    false => apply_in_sandbox(
+                        self.runner.as_ref(),
+                        &tree,
+                        &patch_file,
+                        set.strip,
+                        &output.join("apply.log"),
+                        &self.settings.limits,
+                    ),
+                };
+                match applied {
                     Ok(()) => {}
                     Err(ApplyError::Rejected(msg)) => {
                         return Err(Stop::submission(
@@ -418,9 +446,18 @@ impl Grader {
                     }
                     Err(ApplyError::Infrastructure(msg)) => return Err(Stop::harness(msg)),
                 }
-                police(&tree, TreeOrigin::AppliedPatch)
+                phases.apply = apply_started.elapsed().as_secs_f64();
+                let police_started = Instant::now();
+                let policed = police(&tree, TreeOrigin::AppliedPatch);
+                phases.police = police_started.elapsed().as_secs_f64();
+                policed
             }
-            SubmissionContent::Workspace(ws) => police(ws, TreeOrigin::Workspace),
+            SubmissionContent::Workspace(ws) => {
+                let police_started = Instant::now();
+                let policed = police(ws, TreeOrigin::Workspace);
+                phases.police = police_started.elapsed().as_secs_f64();
+                policed
+            }
         }
     }
 
@@ -440,9 +477,18 @@ impl Grader {
         )
         .map_err(|e| Stop::harness(format!("task defect: {e}")))?;
         let hidden = hidden_files(task).map_err(Stop::harness)?;
+        let env_started = Instant::now();
         let env = self.environment(task)?;
+        record.phases_s.environment = env_started.elapsed().as_secs_f64();
         record.provenance.environment = env.info.clone();
-        let policed = self.change_set(task, submission, &policy, &hidden, workdir)?;
+        let policed = self.change_set(
+            task,
+            submission,
+            &policy,
+            &hidden,
+            workdir,
+            &mut record.phases_s,
+        )?;
         record.policy = policed.report.clone();
         if !policed.report.violations.is_empty() {
             let what = match submission.content {
@@ -459,6 +505,7 @@ impl Grader {
             record.provenance.submission_digest = change_set_digest(&policed.graded);
         }
         record.suspicious = suspicious_lines(task, &policed.graded);
+        let layout_started = Instant::now();
         let dirs = run_dirs(workdir);
         build_graded_tree(&dirs.tree, &task.row.files, &policed.graded, &hidden)
             .map_err(|e| Stop::harness(format!("cannot write the graded tree: {e}")))?;
@@ -470,6 +517,8 @@ impl Grader {
             .cloned()
             .collect();
         let facts = tree_facts(task, &policed.graded, &hidden);
+        record.phases_s.layout = layout_started.elapsed().as_secs_f64();
+        let tests_started = Instant::now();
         let run = run_pytest(
             self.runner.as_ref(),
             &env,
@@ -480,6 +529,7 @@ impl Grader {
             &self.settings.limits,
         )
         .map_err(|e| Stop::harness(format!("cannot prepare the test run: {e}")))?;
+        record.phases_s.tests = tests_started.elapsed().as_secs_f64();
         record.provenance.sandbox = run.report.enforced.clone();
         self.score(task, &formula, &ids, &run, submission, record)
     }

@@ -16,6 +16,7 @@ pub mod apply;
 pub mod certify;
 pub mod changes;
 pub mod env;
+pub mod exact_apply;
 pub mod execute;
 pub mod grade;
 pub mod ladder;
@@ -33,4 +34,6 @@ pub use grade::{GradeSettings, Grader, Submission, SubmissionContent, HARNESS_VE
 pub use ladder::LadderFingerprints;
 pub use outcome::TestOutcome;
 pub use policy::{PatchPolicy, PathDecision};
-pub use record::{Components, PolicyReport, ResultRecord, SubmissionKind, SuspiciousLine, Verdict};
+pub use record::{
+    Components, Phases, PolicyReport, ResultRecord, SubmissionKind, SuspiciousLine, Verdict,
+};

@@ -227,6 +227,7 @@ fn invalid_record(
         compile_errors: Vec::new(),
         collection_errors: Vec::new(),
         duration_s: 0.0,
+        phases_s: Default::default(),
         provenance: Provenance {
             harness_version: HARNESS_VERSION.into(),
             task_digest: task.map(Task::digest).unwrap_or_default(),

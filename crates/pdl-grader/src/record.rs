@@ -192,6 +192,9 @@ pub struct ResultRecord {
     pub collection_errors: Vec<String>,
     /// Wall time of the grading, in seconds.
     pub duration_s: f64,
+    /// Where that time went, in seconds, phase by phase.
+    #[serde(default)]
+    pub phases_s: Phases,
     /// Where the record came from.
     pub provenance: Provenance,
     /// Lines of the graded change set that use the grading machinery or
@@ -201,6 +204,21 @@ pub struct ResultRecord {
     /// Episode fields (tokens, end reason, trajectory), for episode records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub episode: Option<serde_json::Value>,
+}
+
+/// Seconds spent in each phase of one grading; a phase that did not run is 0.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Phases {
+    /// Preparing (or finding) the task's Python environment.
+    pub environment: f64,
+    /// Writing the pristine tree and applying the patch in the sandbox.
+    pub apply: f64,
+    /// Reading, comparing and policing the resulting tree.
+    pub police: f64,
+    /// Writing the graded tree and reading it for compile errors.
+    pub layout: f64,
+    /// The test run in the sandbox, from start to the last result read.
+    pub tests: f64,
 }
 
 impl ResultRecord {

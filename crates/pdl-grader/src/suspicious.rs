@@ -3570,44 +3570,90 @@ mod tests {
         assert!(m[0].text.starts_with("p = '/proc/self/"));
     }
 
-    /// Differential check of the tokenizer against CPython's `tokenize`: with
-    /// `SCAN_DUMP_LIST` naming a file of paths, writes every identifier outside
-    /// strings, comments and f-string fields as `path<TAB>line<TAB>name` to
-    /// `SCAN_DUMP_OUT`, for comparison with the names `tokenize` reports.
+    /// Names this lexer sees outside strings, comments and f-string fields,
+    /// as `(line, name)` pairs.
+    fn lexed_names(src: &str) -> Vec<(usize, String)> {
+        let (toks, _) = lex(src);
+        let lines = LineIndex::new(src);
+        let mut synthetic = 0usize;
+        let mut names = Vec::new();
+        for t in &toks {
+            match t.kind {
+                Kind::Op if t.start == t.end && t.sym == "(" => synthetic += 1,
+                Kind::Op if t.start == t.end && t.sym == ")" => {
+                    synthetic = synthetic.saturating_sub(1)
+                }
+                Kind::Name if synthetic == 0 => names.push((
+                    lines.line(t.start as usize) + 1,
+                    src[t.start as usize..t.end as usize].to_string(),
+                )),
+                _ => {}
+            }
+        }
+        names
+    }
+
+    /// Differential check of the lexer against CPython's own `tokenize` over
+    /// every Python file of the bundled suite: both must see the same names on
+    /// the same lines, or a rule could be dodged by a lexing difference.
     #[test]
-    #[ignore]
-    fn dump_names_for_differential_check() {
-        use std::fmt::Write as _;
-        let (Ok(list), Ok(out)) = (
-            std::env::var("SCAN_DUMP_LIST"),
-            std::env::var("SCAN_DUMP_OUT"),
-        ) else {
-            return;
-        };
-        let mut dump = String::new();
-        for path in std::fs::read_to_string(list).unwrap().lines() {
-            let Ok(src) = std::fs::read_to_string(path) else {
-                continue;
-            };
-            let (toks, _) = lex(&src);
-            let lines = LineIndex::new(&src);
-            let mut synthetic = 0usize;
-            for t in &toks {
-                match t.kind {
-                    Kind::Op if t.start == t.end && t.sym == "(" => synthetic += 1,
-                    Kind::Op if t.start == t.end && t.sym == ")" => {
-                        synthetic = synthetic.saturating_sub(1)
-                    }
-                    Kind::Name if synthetic == 0 => {
-                        let name = &src[t.start as usize..t.end as usize];
-                        let _ =
-                            writeln!(dump, "{path}\t{}\t{name}", lines.line(t.start as usize) + 1);
-                    }
-                    _ => {}
+    fn lexer_agrees_with_cpython_tokenize_on_the_suite() {
+        const TOKENIZE: &str = r#"
+import sys, tokenize
+depth = 0
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        for tok in tokenize.tokenize(f.readline):
+            kind = tokenize.tok_name[tok.type]
+            if kind == "FSTRING_START":
+                depth += 1
+            elif kind == "FSTRING_END":
+                depth -= 1
+            elif kind == "NAME" and depth == 0:
+                print(f"{path}\t{tok.start[0]}\t{tok.string}")
+"#;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tasks");
+        let mut files = Vec::new();
+        let mut stack = vec![root];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "py") {
+                    files.push(path);
                 }
             }
         }
-        std::fs::write(out, dump).unwrap();
+        files.sort();
+        assert!(files.len() > 100, "the bundled suite has Python files");
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(TOKENIZE)
+            .args(&files)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expected = String::from_utf8(out.stdout).unwrap();
+        let mut ours = String::new();
+        for path in &files {
+            let src = std::fs::read_to_string(path).unwrap();
+            for (line, name) in lexed_names(&src) {
+                ours.push_str(&format!("{}\t{line}\t{name}\n", path.display()));
+            }
+        }
+        let (exp, got): (Vec<_>, Vec<_>) = (expected.lines().collect(), ours.lines().collect());
+        let first_difference = exp.iter().zip(&got).position(|(a, b)| a != b);
+        assert!(
+            first_difference.is_none() && exp.len() == got.len(),
+            "first difference at {first_difference:?}: {:?} vs {:?}",
+            first_difference.map(|i| exp[i]),
+            first_difference.map(|i| got[i]),
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub fn record(instance_id: &str, kind: &str, reward: f64) -> ResultRecord {
         compile_errors: Vec::new(),
         collection_errors: Vec::new(),
         duration_s: 1.0,
+        phases_s: Default::default(),
         provenance: Default::default(),
         suspicious: Vec::new(),
         episode: None,

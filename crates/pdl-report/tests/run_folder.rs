@@ -32,6 +32,7 @@ fn record(instance_id: &str, kind: SubmissionKind, reward: f64) -> ResultRecord 
         compile_errors: Vec::new(),
         collection_errors: Vec::new(),
         duration_s: 3.0,
+        phases_s: Default::default(),
         provenance: Provenance {
             harness_version: "0.1.0".to_string(),
             started_at: "2025-03-01T10:00:00Z".to_string(),

@@ -21,6 +21,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use crate::outcome::LimitScope;
 
@@ -246,13 +247,22 @@ impl RunCgroup {
         self.version
     }
 
-    /// Descriptors of the `cgroup.procs` files, for a starting process to join
-    /// with [`join_from_child`] between fork and exec.
+    /// Descriptors of the files through which a starting process joins, with
+    /// [`join_from_child`] between fork and exec.
+    ///
+    /// On cgroup v1 that is `tasks`: the child is single-threaded there, so
+    /// moving its one thread moves the process, and the kernel moves the
+    /// calling thread without the global write lock whose grace period costs
+    /// `cgroup.procs` about 10 ms per run.
     pub(crate) fn procs_files(&self) -> std::io::Result<Vec<OwnedFd>> {
+        let file = match self.version {
+            LimitScope::CgroupV1 => "tasks",
+            _ => "cgroup.procs",
+        };
         self.dirs
             .iter()
             .map(|dir| {
-                let path = dir.join("cgroup.procs");
+                let path = dir.join(file);
                 OpenOptions::new()
                     .write(true)
                     .open(&path)
@@ -285,7 +295,8 @@ impl RunCgroup {
             if self.version == LimitScope::CgroupV2 {
                 let _ = write_file(&dir.join("cgroup.kill"), "1");
             }
-            for _ in 0..200 {
+            let mut backoff = Backoff::new(Duration::from_secs(1));
+            loop {
                 let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
                 let pids: Vec<i32> = procs
                     .split_whitespace()
@@ -298,7 +309,9 @@ impl RunCgroup {
                     // SAFETY: kill with a pid and a signal number; no memory involved.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
-                std::thread::sleep(std::time::Duration::from_millis(5));
+                if !backoff.wait() {
+                    break;
+                }
             }
         }
     }
@@ -310,13 +323,38 @@ impl Drop for RunCgroup {
         for dir in &self.dirs {
             // A cgroup can be removed once its last process is gone; the kernel
             // may take a moment after the kill.
-            for _ in 0..100 {
-                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+            let mut backoff = Backoff::new(Duration::from_millis(500));
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && backoff.wait() {}
         }
+    }
+}
+
+/// Waits that start short and double, up to 5 ms each, within a total budget:
+/// a cgroup usually empties within microseconds of its last exit, and a fixed
+/// sleep would cost every run its full length.
+struct Backoff {
+    next: Duration,
+    left: Duration,
+}
+
+impl Backoff {
+    fn new(budget: Duration) -> Self {
+        Backoff {
+            next: Duration::from_micros(50),
+            left: budget,
+        }
+    }
+
+    /// Sleeps once; false when the budget is spent.
+    fn wait(&mut self) -> bool {
+        if self.left.is_zero() {
+            return false;
+        }
+        let step = self.next.min(self.left);
+        std::thread::sleep(step);
+        self.left -= step;
+        self.next = (self.next * 2).min(Duration::from_millis(5));
+        true
     }
 }
 

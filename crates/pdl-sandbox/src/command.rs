@@ -111,6 +111,17 @@ pub struct SandboxCommand {
     /// Bytes to feed on standard input (empty: standard input is `/dev/null`).
     #[serde(default)]
     pub stdin: Vec<u8>,
+    /// Bound the run's processes together (memory, process count) through a
+    /// cgroup where the machine has one. Off, only the per-process limits
+    /// apply: meant for harness-chosen programs that do not fork at will
+    /// (`git apply`), where joining a cgroup (a kernel grace period, about
+    /// 10 ms on cgroup v1) would cost more than the program.
+    #[serde(default = "default_true")]
+    pub cgroup: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl SandboxCommand {
@@ -128,6 +139,7 @@ impl SandboxCommand {
             tmp: scratch.join("tmp"),
             memory_scratch: None,
             noexec: false,
+            cgroup: true,
             network: NetworkPolicy::LoopbackOnly,
             limits: ResourceLimits::default(),
             output: scratch.join("output.log"),

@@ -67,7 +67,11 @@ pub struct PlainRunner;
 impl ProcessRunner for PlainRunner {
     fn run_with(&self, command: &SandboxCommand, fds: Vec<PassedFd>) -> RunReport {
         let limits = &command.limits;
-        let cgroup = RunCgroup::create(limits.memory_bytes, limits.max_processes);
+        let cgroup = if command.cgroup {
+            RunCgroup::create(limits.memory_bytes, limits.max_processes)
+        } else {
+            Ok(None)
+        };
         let scope = match &cgroup {
             Ok(Some(c)) => c.scope(),
             _ => LimitScope::None,

@@ -417,3 +417,17 @@ fn bad_datasets_and_predictions_are_named_precisely() {
     let (code, err) = stderr_of(&["tasks", "list", "--dataset", &d("nothing.csv")]);
     assert_eq!(code, Some(2), "{err}");
 }
+
+/// `doctor` runs twice in a row (each run in scratch of its own) and reports
+/// the limits a namespaces run is held to.
+#[test]
+fn doctor_reports_the_sandbox_and_can_run_again() {
+    for _ in 0..2 {
+        let out = pdl_swe(&["doctor", "--runs", "3", "--format", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["enforcement"]["sandbox"], "namespaces");
+        assert_eq!(report["enforcement"]["network"], "loopback_only");
+        assert_eq!(report["plain"]["runs"], 3);
+    }
+}

@@ -44,6 +44,19 @@ import os
 import sys
 
 
+def _sha256_constructor():
+    """SHA-256 from the smallest module that has it (OpenSSL's costs a few
+    milliseconds to load)."""
+    try:
+        from _sha2 import sha256  # Python 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256  # Python 3.11 and earlier
+        except ImportError:
+            from _hashlib import openssl_sha256 as sha256
+    return sha256
+
+
 def _read_config():
     chunks = []
     while True:
@@ -118,6 +131,41 @@ _CHANGED_LATER = {
 }
 
 
+# Audit events the auditor acts on: the refused ones, and those it looks into.
+_REFUSED_EVENTS = (
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.dlsym/handle",
+    "ctypes.cdata",
+    "ctypes.cdata/buffer",
+    "ctypes.string_at",
+    "ctypes.wstring_at",
+    "ctypes.call_function",
+    "ctypes.addressof",
+    "ctypes.PyObj_FromPtr",
+    "ctypes.set_errno",
+    "ctypes.get_errno",
+    "ctypes.set_last_error",
+    "ctypes.get_last_error",
+    "ctypes.create_string_buffer",
+    "ctypes.create_unicode_buffer",
+    "cpython._PySys_ClearAuditHooks",
+    "cpython.PyInterpreterState_Clear",
+)
+_WATCHED_EVENTS = frozenset(
+    _REFUSED_EVENTS + ("object.__getattr__", "object.__setattr__", "code.__new__", "compile", "open")
+)
+# Attributes that lead to a generator's or coroutine's frame.
+_FRAME_ATTRIBUTES = ("gi_frame", "cr_frame", "ag_frame")
+
+
 def _baseline():
     """What the guardian watches: for each module dict and class dict of the
     machinery, (label, live mapping, keys, values, length, every key, names
@@ -141,6 +189,10 @@ def _baseline():
         types.GetSetDescriptorType,
         types.MemberDescriptorType,
     )
+    mutable = {}
+    for dotted in _MUTABLE_GLOBALS:
+        module_name, _, global_name = dotted.rpartition(".")
+        mutable.setdefault(module_name, set()).add(global_name)
     entries = []
     classes = []
     seen = set()
@@ -150,23 +202,11 @@ def _baseline():
         if not (name in ("pytest", "builtins") or name.startswith(("_pytest", "pluggy"))):
             continue
         table = module.__dict__
-        keys = tuple(
-            k
-            for k, v in table.items()
-            if type(k) is str and isinstance(v, kinds) and (name + "." + k) not in _MUTABLE_GLOBALS
-        )
-        entries.append(
-            (
-                name,
-                table,
-                keys,
-                tuple(table[k] for k in keys),
-                len(table),
-                frozenset(table),
-                _CHANGED_LATER.get(name, {}),
-                tuple(table[k] for k in keys),
-            )
-        )
+        skip = mutable.get(name, ())
+        keys = tuple([k for k, v in table.items() if type(k) is str and isinstance(v, kinds) and k not in skip])
+        # The values now and the values at start: the same objects, one tuple.
+        values = tuple([table[k] for k in keys])
+        entries.append((name, table, keys, values, len(table), frozenset(table), _CHANGED_LATER.get(name, {}), values))
         if name == "builtins":
             continue
         for v in list(table.values()):
@@ -174,19 +214,11 @@ def _baseline():
                 seen.add(id(v))
                 classes.append(v)
                 proxy = v.__dict__
-                ckeys = tuple(k for k, cv in proxy.items() if isinstance(cv, kinds))
+                ckeys = tuple([k for k, cv in proxy.items() if isinstance(cv, kinds)])
+                cvalues = tuple([proxy[k] for k in ckeys])
                 label = name + "." + v.__qualname__
                 entries.append(
-                    (
-                        label,
-                        proxy,
-                        ckeys,
-                        tuple(proxy[k] for k in ckeys),
-                        len(proxy),
-                        frozenset(proxy),
-                        _CHANGED_LATER.get(label, {}),
-                        tuple(proxy[k] for k in ckeys),
-                    )
+                    (label, proxy, ckeys, cvalues, len(proxy), frozenset(proxy), _CHANGED_LATER.get(label, {}), cvalues)
                 )
     return tuple(entries), frozenset(classes)
 
@@ -227,13 +259,18 @@ def _module_codes(module):
 
 
 def _vault():
-    key, owner, chain, getframe, digest, type_, bytes_type, length = yield
+    key, owner, chain, getframe, sha256, type_, bytes_type, tuple_type, length = yield
     signer, emitter, handler = chain
+    # HMAC-SHA256 (RFC 2104) from the two padded keys; the key itself goes.
+    block = key + b"\x00" * (64 - length(key))
+    inner = sha256(bytes_type(b ^ 0x36 for b in block))
+    outer = sha256(bytes_type(b ^ 0x5C for b in block))
+    del key, block
     seq = 0
     poisoned = False
     out = None
     while True:
-        message = yield out
+        messages = yield out
         caller = getframe(1)
         if (
             poisoned
@@ -241,52 +278,44 @@ def _vault():
             or caller.f_back.f_code is not emitter
             or caller.f_back.f_back.f_code is not handler
             or caller.f_back.f_back.f_back is not owner
-            or type_(message) is not bytes_type
-            or length(message) != 32
+            or type_(messages) is not tuple_type
         ):
             # Whoever asks without being the guardian spoils every later line.
             poisoned = True
-            out = b"\x00" * 32
+            out = ()
             continue
-        out = digest(key, seq.to_bytes(8, "big") + message, "sha256")
-        seq += 1
+        macs = []
+        for message in messages:
+            if type_(message) is not bytes_type or length(message) != 32:
+                poisoned = True
+                macs = []
+                break
+            digest = inner.copy()
+            digest.update(seq.to_bytes(8, "big") + message)
+            mac = outer.copy()
+            mac.update(digest.digest())
+            macs.append(mac.digest())
+            seq += 1
+        out = tuple_type(macs)
 
 
 def _auditor():
-    fd, write, guarded, watched_files, type_, str_type, tuple_type, encode, exception_type = yield
+    (
+        fd,
+        write,
+        guarded,
+        watched_files,
+        type_,
+        str_type,
+        tuple_type,
+        encode,
+        exception_type,
+        refused,
+        frame_names,
+    ) = yield
     compiled = {}
     aborted = False
     verdict = None
-    refused = (
-        (
-            "gc.get_objects",
-            "gc.get_referrers",
-            "gc.get_referents",
-            "sys._current_frames",
-            "sys.settrace",
-            "sys.setprofile",
-            "sys.addaudithook",
-            "ctypes.dlopen",
-            "ctypes.dlsym",
-            "ctypes.dlsym/handle",
-            "ctypes.cdata",
-            "ctypes.cdata/buffer",
-            "ctypes.string_at",
-            "ctypes.wstring_at",
-            "ctypes.call_function",
-            "ctypes.addressof",
-            "ctypes.PyObj_FromPtr",
-            "ctypes.set_errno",
-            "ctypes.get_errno",
-            "ctypes.set_last_error",
-            "ctypes.get_last_error",
-            "ctypes.create_string_buffer",
-            "ctypes.create_unicode_buffer",
-            "cpython._PySys_ClearAuditHooks",
-            "cpython.PyInterpreterState_Clear",
-        )
-    )
-    frame_names = ("gi_frame", "cr_frame", "ag_frame")
     surgery = ("__code__",)
     while True:
         event = yield verdict
@@ -380,7 +409,10 @@ def _guardian():
         map_,
         is_,
         eq,
-        getitem,
+        zip_,
+        itemgetter,
+        call_getter,
+        chain,
         open_,
         gc_disable,
         gc_enable,
@@ -413,6 +445,8 @@ def _guardian():
             handlers[signum] = getsignal(signum)
         except exception_type:
             pass
+    signal_numbers = tuple_type(handlers)
+    signal_originals = tuple_type(handlers[signum] for signum in signal_numbers)
     state = "boot"
     config = None
     pm = None
@@ -496,18 +530,26 @@ def _guardian():
     )
 
     def flatten(entries):
+        # One item getter per table (a key twice where there is one, so that
+        # every getter returns a tuple) and every value they must return.
+        getters = []
         tables = []
-        keys = []
         values = []
         for entry in entries:
-            for i in range_(length(entry[2])):
-                tables.append(entry[1])
-                keys.append(entry[2][i])
-                values.append(entry[3][i])
+            keys = entry[2]
+            if length(keys) == 0:
+                continue
+            if length(keys) == 1:
+                keys = keys + keys
+                values.extend(entry[3] + entry[3])
+            else:
+                values.extend(entry[3])
+            getters.append(itemgetter(*keys))
+            tables.append(entry[1])
         return (
             entries,
+            tuple_type(getters),
             tuple_type(tables),
-            tuple_type(keys),
             tuple_type(values),
             tuple_type(e[1] for e in entries),
             tuple_type(e[4] for e in entries),
@@ -533,44 +575,49 @@ def _guardian():
     def label(value):
         return value[:120] if type_(value) is str_type else "?"
 
-    def sign(payload):
-        # From here to the vault's answer: no collection, and no foreign
+    def sign(payloads):
+        # From here to the vault's last answer: no collection, and no foreign
         # signal handler that could run while the vault's frame is live.
         if get_ident() != main_ident:
             abort("an event signed from another thread")
             return None
-        data = payload.encode("ascii")
-        message = sha256(data).digest()
+        messages = [payload.encode("ascii") for payload in payloads]
         was_enabled = gc_isenabled()
         gc_disable()
         restore = []
         try:
-            for signum in handlers:
-                current = getsignal(signum)
-                if current is not handlers[signum]:
-                    restore.append((signum, current))
-                    setsignal(signum, sig_ign)
-            mac = vault_send(message)
+            # The common case, in C: every handler is the one found at start.
+            if not all_(map_(is_, map_(getsignal, signal_numbers), signal_originals)):
+                for signum in signal_numbers:
+                    current = getsignal(signum)
+                    if current is not handlers[signum]:
+                        restore.append((signum, current))
+                        setsignal(signum, sig_ign)
+            macs = vault_send(tuple_type(sha256(data).digest() for data in messages))
+            if length(macs) != length(messages):
+                abort("the signing key is spoiled")
+                return None
+            lines = [data + b"\t" + mac.hex().encode("ascii") + b"\n" for data, mac in zip_(messages, macs)]
         finally:
             for signum, current in restore:
                 setsignal(signum, current)
             if was_enabled:
                 gc_enable()
-        return data + b"\t" + mac.hex().encode("ascii") + b"\n"
+        return lines
 
     def emit(payload, hold):
-        # Lines of a running test are held and written with its end, in one
-        # write; everything else goes out at once.
+        # Lines of a running test are held and signed and written with its end,
+        # together; everything else goes out at once.
         if aborted:
             return
-        line = sign(payload)
-        if line is None:
-            return
-        pending.append(line)
+        pending.append(payload)
         if hold:
             return
-        data = b"".join(pending)
+        lines = sign(pending)
         pending.clear()
+        if lines is None:
+            return
+        data = b"".join(lines)
         done = 0
         try:
             while done < length(data):
@@ -594,10 +641,12 @@ def _guardian():
         return False
 
     def identity(scope):
-        entries, tables, keys, values, sized, sizes = scopes[scope]
+        entries, getters, tables, values, sized, sizes = scopes[scope]
         try:
             # The common case, in C: same sizes, and every value the same object.
-            if all_(map_(eq, map_(length, sized), sizes)) and all_(map_(is_, map_(getitem, tables, keys), values)):
+            if all_(map_(eq, map_(length, sized), sizes)) and all_(
+                map_(is_, chain(map_(call_getter, getters, tables)), values)
+            ):
                 return True
         except exception_type:
             pass
@@ -606,7 +655,10 @@ def _guardian():
     def identity_slowly(entries):
         nonlocal baseline
         changed = False
-        for label_, table, keys, values, size, every, later, originals in entries:
+        for label_, table, keys, values, size, every, later, originals_ in entries:
+            # Most tables are untouched: find the changed ones in C first.
+            if length(table) == size and all_(map_(is_, map_(table.get, keys), values)):
+                continue
             if length(table) != size:
                 for name in list_(table):
                     if name not in every and not changed_later(later, name, table[name]):
@@ -616,7 +668,7 @@ def _guardian():
                 value = table.get(keys[i])
                 if value is not values[i]:
                     # pytest's own later change, or its undoing at the end.
-                    if value is not originals[i] and not changed_later(later, keys[i], value):
+                    if value is not originals_[i] and not changed_later(later, keys[i], value):
                         return abort("pytest machinery changed: " + label_ + "." + keys[i])
                     changed = True
         if changed:
@@ -1023,11 +1075,11 @@ def _main():
     _not_dumpable()
     _import_machinery()
 
-    import _hashlib
     import _json
     import _signal
     import gc
     import io
+    import itertools
     import operator
     import threading
     import types
@@ -1039,6 +1091,8 @@ def _main():
     import _pytest.runner
     import pluggy._hooks
     import pytest
+
+    sha256 = _sha256_constructor()
 
     baseline, genuine_classes = _baseline()
     genuine_modules = frozenset(
@@ -1162,6 +1216,8 @@ def _main():
             tuple,
             _json.encode_basestring_ascii,
             Exception,
+            frozenset(_REFUSED_EVENTS),
+            _FRAME_ATTRIBUTES,
         )
     )
     guardian.send(
@@ -1170,7 +1226,7 @@ def _main():
             auditor.send,
             fd,
             os.write,
-            _hashlib.openssl_sha256,
+            sha256,
             sys._getframe,
             _json.encode_basestring_ascii,
             baseline,
@@ -1219,7 +1275,10 @@ def _main():
                 map,
                 operator.is_,
                 operator.eq,
-                operator.getitem,
+                zip,
+                operator.itemgetter,
+                operator.itemgetter.__call__,
+                itertools.chain.from_iterable,
                 io.open,
                 gc.disable,
                 gc.enable,
@@ -1242,14 +1301,33 @@ def _main():
             guardian.gi_frame,
             (nested["sign"], nested["emit"], nested["handle"]),
             sys._getframe,
-            _hashlib.hmac_digest,
+            sha256,
             type,
             bytes,
+            tuple,
             len,
         )
     )
 
-    def audit(event, args, _send=auditor.send):
+    def audit(
+        event,
+        args,
+        _send=auditor.send,
+        _watched=_WATCHED_EVENTS,
+        _frames=_FRAME_ATTRIBUTES,
+        _type=type,
+        _str=str,
+    ):
+        # Most events are none of the auditor's business (pytest's and the
+        # guardian's own frame and code reads above all): leave them here, in
+        # as few steps as possible. ``event`` is always an exact str built by
+        # the interpreter; a non-str attribute name goes to the auditor.
+        if event not in _watched:
+            return
+        if event == "object.__getattr__":
+            name = args[1]
+            if _type(name) is _str and name not in _frames:
+                return
         try:
             reason = _send((event, args))
         except ValueError:

@@ -165,7 +165,11 @@ impl ProcessRunner for NamespaceRunner {
             unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
         let root_harness = euid == 0;
         let id = run_id();
-        let cgroup = RunCgroup::create(limits.memory_bytes, limits.max_processes);
+        let cgroup = if command.cgroup {
+            RunCgroup::create(limits.memory_bytes, limits.max_processes)
+        } else {
+            Ok(None)
+        };
         let scope = match &cgroup {
             Ok(Some(c)) => c.scope(),
             _ => LimitScope::None,

@@ -28,30 +28,41 @@ struct Report {
     cache_dir: String,
     git: Result<String, String>,
     namespaces: Result<StartCost, String>,
+    /// What a namespaces run is held to on this machine.
+    enforcement: Option<pdl_sandbox::Enforcement>,
     plain: StartCost,
 }
 
-fn start_cost(runner: &dyn ProcessRunner, runs: usize) -> Result<StartCost, String> {
-    let scratch = std::env::temp_dir().join(format!("pdl-swe-doctor-{}", std::process::id()));
+/// Times `runs` starts of `/bin/true`, each in a scratch folder of its own,
+/// and returns the limits the last run was held to.
+fn start_cost(
+    runner: &dyn ProcessRunner,
+    runs: usize,
+) -> Result<(StartCost, pdl_sandbox::Enforcement), String> {
     let mut samples = Vec::with_capacity(runs);
+    let mut enforcement = None;
     for _ in 0..runs {
-        let cmd =
-            SandboxCommand::new("/bin/true", "/", &scratch).wall_time(Duration::from_secs(20));
+        let scratch = tempfile::Builder::new()
+            .prefix("pdl-swe-doctor-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a scratch folder: {e}"))?;
+        let cmd = SandboxCommand::new("/bin/true", "/", scratch.path())
+            .wall_time(Duration::from_secs(20));
         let started = Instant::now();
         let report = runner.run(&cmd);
         samples.push(started.elapsed().as_secs_f64() * 1000.0);
         if !matches!(report.status, pdl_sandbox::RunStatus::Exited { code: 0 }) {
-            let _ = std::fs::remove_dir_all(&scratch);
             return Err(format!("/bin/true ended as {:?}", report.status));
         }
+        enforcement = Some(report.enforced);
     }
-    let _ = std::fs::remove_dir_all(&scratch);
     samples.sort_by(f64::total_cmp);
-    Ok(StartCost {
+    let cost = StartCost {
         runs,
         median_ms: samples[samples.len() / 2],
         p90_ms: samples[(samples.len() * 9 / 10).min(samples.len() - 1)],
-    })
+    };
+    Ok((cost, enforcement.expect("at least one run")))
 }
 
 /// Runs `doctor`.
@@ -74,7 +85,11 @@ pub fn run(args: &DoctorArgs) -> Result<i32, ExitError> {
     let namespaces = pdl_sandbox::runner(SandboxKind::Namespaces)
         .map_err(|e| e.to_string())
         .and_then(|r| start_cost(r.as_ref(), runs));
-    let plain =
+    let (namespaces, enforcement) = match namespaces {
+        Ok((cost, enforced)) => (Ok(cost), Some(enforced)),
+        Err(e) => (Err(e), None),
+    };
+    let (plain, _) =
         start_cost(&PlainRunner, runs).map_err(|e| ExitError::environment(anyhow::anyhow!(e)))?;
     let report = Report {
         version: pdl_grader::HARNESS_VERSION,
@@ -86,6 +101,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32, ExitError> {
         cache_dir: cache_dir.display().to_string(),
         git,
         namespaces,
+        enforcement,
         plain,
     };
     let ok = report.python.is_ok() && report.git.is_ok() && report.namespaces.is_ok();
@@ -115,6 +131,32 @@ pub fn run(args: &DoctorArgs) -> Result<i32, ExitError> {
                     Err(e) => format!("UNAVAILABLE: {e}"),
                 },
             ]);
+            if let Some(e) = &report.enforcement {
+                let scope = |s: pdl_sandbox::LimitScope| match s {
+                    pdl_sandbox::LimitScope::CgroupV2 => "for the whole run (cgroup v2)",
+                    pdl_sandbox::LimitScope::CgroupV1 => "for the whole run (cgroup v1)",
+                    pdl_sandbox::LimitScope::PerProcess => "per process only (no writable cgroup)",
+                    pdl_sandbox::LimitScope::None => "not enforced",
+                };
+                t.add_row(vec![
+                    "limits: memory".to_string(),
+                    scope(e.memory_scope).to_string(),
+                ]);
+                t.add_row(vec![
+                    "limits: processes".to_string(),
+                    scope(e.processes_scope).to_string(),
+                ]);
+                t.add_row(vec![
+                    "network".to_string(),
+                    match e.network {
+                        pdl_sandbox::NetworkScope::LoopbackOnly => "loopback only".to_string(),
+                        pdl_sandbox::NetworkScope::Gateway => {
+                            "loopback and the gateway".to_string()
+                        }
+                        pdl_sandbox::NetworkScope::Host => "the host network".to_string(),
+                    },
+                ]);
+            }
             t.add_row(vec![
                 "sandbox: none (plain process)".to_string(),
                 cost(&report.plain),
