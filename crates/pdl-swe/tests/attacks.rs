@@ -570,6 +570,12 @@ fn the_known_attacks_are_contained() {
             "model_patch": appending_patch(&wrapped(&snippet)),
         });
         std::fs::write(&preds, format!("{line}\n")).unwrap();
+        // A snippet may demand to be caught: `# expect: tampered` on its first line.
+        let allow = if snippet.starts_with("# expect: tampered") {
+            json!([["tampered", 0, 0]])
+        } else {
+            allow.clone()
+        };
         let spec = json!({"allow": allow, "records": 1});
         outcomes.push(grade_attack(&name, &spec, &preds, scratch.path()));
         outcomes.push(campaign_attack(

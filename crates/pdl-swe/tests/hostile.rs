@@ -241,7 +241,10 @@ fn hostile_patches_end_as_verdicts_and_leave_no_trace() {
         .find(|r| r["model_name_or_path"] == "flood")
         .unwrap();
     assert!(
-        flood["detail"].as_str().unwrap_or("").contains("output was cut"),
+        flood["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("output was cut"),
         "{flood}"
     );
     let conftest = records

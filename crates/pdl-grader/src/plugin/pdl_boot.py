@@ -410,6 +410,8 @@ def _guardian():
         is_,
         eq,
         zip_,
+        repeat,
+        getsizeof,
         itemgetter,
         call_getter,
         chain,
@@ -546,6 +548,10 @@ def _guardian():
                 values.extend(entry[3])
             getters.append(itemgetter(*keys))
             tables.append(entry[1])
+        # The byte size of every module table (its layout changes when a key
+        # that is not an exact str goes in, and stays changed): checked before
+        # any lookup, so that no lookup can meet such a key.
+        plain = tuple_type(e[1] for e in entries if type_(e[1]) is dict_type)
         return (
             entries,
             tuple_type(getters),
@@ -553,6 +559,8 @@ def _guardian():
             tuple_type(values),
             tuple_type(e[1] for e in entries),
             tuple_type(e[4] for e in entries),
+            plain,
+            tuple_type(map_(getsizeof, plain)),
         )
 
     scopes = {}
@@ -641,11 +649,14 @@ def _guardian():
         return False
 
     def identity(scope):
-        entries, getters, tables, values, sized, sizes = scopes[scope]
+        entries, getters, tables, values, sized, sizes, plain, plain_bytes = scopes[scope]
         try:
-            # The common case, in C: same sizes, and every value the same object.
-            if all_(map_(eq, map_(length, sized), sizes)) and all_(
-                map_(is_, chain(map_(call_getter, getters, tables)), values)
+            # The common case, in C: same lengths and layouts, and every value
+            # the same object.
+            if (
+                all_(map_(eq, map_(length, sized), sizes))
+                and all_(map_(eq, map_(getsizeof, plain), plain_bytes))
+                and all_(map_(is_, chain(map_(call_getter, getters, tables)), values))
             ):
                 return True
         except exception_type:
@@ -656,6 +667,8 @@ def _guardian():
         nonlocal baseline
         changed = False
         for label_, table, keys, values, size, every, later, originals_ in entries:
+            if not str_keyed(table):
+                return abort("pytest machinery changed: " + label_ + " holds a key that is not a string")
             # Most tables are untouched: find the changed ones in C first.
             if length(table) == size and all_(map_(is_, map_(table.get, keys), values)):
                 continue
@@ -691,6 +704,20 @@ def _guardian():
             rebuild()
         return True
 
+    def str_keyed(table):
+        # Every key an exact str: only then can a lookup not run the code of a
+        # key (its __eq__) in the middle of a check. Iterating keys runs none.
+        return all_(map_(is_, map_(type_, table), repeat(str_type)))
+
+    def fields(obj):
+        # An instance's or module's attributes, as long as they are a plain
+        # table of string keys; anything else ends the run.
+        table = obj.__dict__
+        if type_(table) is dict_type and str_keyed(table):
+            return table
+        abort("an attribute table keyed by something other than strings")
+        return {}
+
     def known_plugin(name, plugin):
         # A module of pytest's own, an object or class of pytest's own, the
         # grader's plugin, or a pristine conftest module of the repository.
@@ -700,7 +727,7 @@ def _guardian():
         if kind is module_type:
             if plugin in genuine_modules:
                 return True
-            path = plugin.__dict__.get("__file__")
+            path = fields(plugin).get("__file__")
             if type_(path) is str_type and path in conftests:
                 with open_(path, "rb") as handle:
                     return sha256(handle.read()).hexdigest() == conftests[path]
@@ -746,8 +773,9 @@ def _guardian():
     def hooks_ok(names):
         # The hook callers and their implementations are those known; a new
         # implementation must belong to a known plugin.
+        table = fields(relay)
         for hook_name in names:
-            caller = relay.__dict__.get(hook_name)
+            caller = table.get(hook_name)
             known = hook_impls.get(hook_name)
             if known is None:
                 if caller is None:
@@ -771,9 +799,10 @@ def _guardian():
         return True
 
     def plugins_ok():
-        if config.__dict__.get("pluginmanager") is not pm or pm.__dict__.get("hook") is not relay:
+        manager = fields(pm)
+        if fields(config).get("pluginmanager") is not pm or manager.get("hook") is not relay:
             return abort("the plugin manager was replaced")
-        current = pm.__dict__.get("_name2plugin")
+        current = manager.get("_name2plugin")
         if type_(current) is not dict_type:
             return abort("the plugin registry was replaced")
         for name, plugin in list_(current.items()):
@@ -783,7 +812,7 @@ def _guardian():
                 plugins[name] = plugin
                 continue
             return abort("a plugin registered: " + label(name))
-        if pm.__dict__.get("_inner_hookexec") is not inner_hookexec:
+        if manager.get("_inner_hookexec") is not inner_hookexec:
             return abort("hook dispatch replaced")
         return hooks_ok(hot_hooks)
 
@@ -791,13 +820,17 @@ def _guardian():
         # The test modules' functions and classes, and every test item (or the
         # running one).
         for table, keys, values in test_tables:
+            if not str_keyed(table):
+                return abort("a test module's globals keyed by something other than strings")
             if not all_(map_(is_, map_(table.get, keys), values)):
                 for i in range_(length(keys)):
                     if table.get(keys[i]) is not values[i]:
                         return abort("a test module changed: " + keys[i][:60])
         for item, obj, code in test_objects if only is None else (test_objects[only],):
-            d = item.__dict__
-            if type_(item) is not function_class or d.get("_obj") is not obj or "runtest" in d:
+            if type_(item) is not function_class:
+                return abort("a test item changed")
+            d = fields(item)
+            if d.get("_obj") is not obj or "runtest" in d:
                 return abort("a test item changed: " + label(item._nodeid))
             if obj.__code__ is not code:
                 return abort("a test function changed: " + label(item._nodeid))
@@ -809,20 +842,20 @@ def _guardian():
         for _ in range_(16):
             kind = type_(node)
             if kind is module_node_class:
-                return node.__dict__.get("_obj")
+                return fields(node).get("_obj")
             if kind not in genuine_classes:
                 return None
             node = node.parent
         return None
 
     def error_kind(report):
-        longrepr = report.__dict__.get("longrepr")
+        longrepr = fields(report).get("longrepr")
         if type_(longrepr) not in genuine_classes:
             return "error"
-        crash = longrepr.__dict__.get("reprcrash")
+        crash = fields(longrepr).get("reprcrash")
         if type_(crash) not in genuine_classes:
             return "error"
-        text = crash.__dict__.get("message")
+        text = fields(crash).get("message")
         if type_(text) is not str_type:
             return "error"
         word = text.split(":", 1)[0].strip().split(" ")[-1]
@@ -879,15 +912,18 @@ def _guardian():
             session = args.get("session")
             if state != "boot" or type_(session) is not session_class:
                 return abort("a second or foreign session")
+            # Node attributes such as config, parent and _nodeid are slots:
+            # reading them looks in no table.
             config = session.config
             if type_(config) is not config_class or not identity("all"):
                 return abort("a foreign config")
-            pm = config.__dict__.get("pluginmanager")
+            pm = fields(config).get("pluginmanager")
             if type_(pm) is not plugin_manager_class:
                 return abort("a foreign plugin manager")
-            registered = pm.__dict__.get("_name2plugin")
-            relay = pm.__dict__.get("hook")
-            inner_hookexec = pm.__dict__.get("_inner_hookexec")
+            manager = fields(pm)
+            registered = manager.get("_name2plugin")
+            relay = manager.get("hook")
+            inner_hookexec = manager.get("_inner_hookexec")
             if type_(registered) is not dict_type or type_(relay) is not hook_relay_class:
                 return abort("a foreign plugin registry")
             for name, plugin in list_(registered.items()):
@@ -896,13 +932,16 @@ def _guardian():
                 if not known_plugin(name, plugin):
                     return abort("a plugin registered before the session: " + label(name))
                 plugins[name] = plugin
+            relay_table = fields(relay)
             for hook_name in hot_hooks:
-                caller = relay.__dict__.get(hook_name)
+                caller = relay_table.get(hook_name)
                 if caller is None:
                     continue
                 if type_(caller) not in hook_caller_classes:
                     return abort("a foreign hook caller: " + hook_name)
                 impls = caller._hookimpls
+                if type_(impls) is not list_type:
+                    return abort("a foreign hook implementation list: " + hook_name)
                 for impl in impls:
                     if not impl_ok(impl):
                         return abort("a foreign hook implementation: " + hook_name)
@@ -920,8 +959,11 @@ def _guardian():
             report = args.get("report")
             if type_(report) is not collect_report_class:
                 return abort("a foreign collect report")
-            d = report.__dict__
-            if d.get("outcome") != "failed":
+            d = fields(report)
+            outcome = d.get("outcome")
+            if type_(outcome) is not str_type:
+                return abort("a collect report of the wrong type")
+            if outcome != "failed":
                 return
             nodeid = d.get("nodeid")
             if type_(nodeid) is not str_type:
@@ -936,14 +978,14 @@ def _guardian():
                 return abort("collection finished twice")
             if not identity("all") or not plugins_ok():
                 return
-            found = session.__dict__.get("items")
+            found = fields(session).get("items")
             if type_(found) is not list_type:
                 return abort("collected items of the wrong type")
             ids = []
             objects = []
             modules = {}
             for item in found:
-                if type_(item) is not function_class or "runtest" in item.__dict__:
+                if type_(item) is not function_class or "runtest" in fields(item):
                     return abort("a collected item that is not a pytest function")
                 nodeid = item._nodeid
                 if type_(nodeid) is not str_type:
@@ -951,15 +993,17 @@ def _guardian():
                 ids.append(encode(nodeid))
                 if collect_mode:
                     continue
-                obj = item.__dict__.get("_obj")
+                obj = fields(item).get("_obj")
+                original = fields(item).get("originalname")
                 module = module_of(item)
-                path = module.__dict__.get("__file__") if type_(module) is module_type else None
+                path = fields(module).get("__file__") if type_(module) is module_type else None
                 if (
                     type_(obj) is not function_type
                     or type_(path) is not str_type
+                    or type_(original) is not str_type
                     or path not in test_files
                     or obj.__code__.co_filename != path
-                    or obj.__code__.co_name != item.__dict__.get("originalname")
+                    or obj.__code__.co_name != original
                 ):
                     return abort("a test function not from its file: " + label(nodeid))
                 objects.append((item, obj, obj.__code__))
@@ -968,7 +1012,7 @@ def _guardian():
             test_objects = tuple_type(objects)
             tables = []
             for module in modules.values():
-                table = module.__dict__
+                table = fields(module)
                 keys = tuple_type(
                     k
                     for k, v in list_(table.items())
@@ -986,9 +1030,12 @@ def _guardian():
                 return abort("a test started out of order")
             index += 1
             item = items[index]
-            if below.f_locals.get("item") is not item or args.get("nodeid") is not item._nodeid:
+            nodeid = item._nodeid
+            if below.f_locals.get("item") is not item or args.get("nodeid") is not nodeid:
                 return abort("a test started out of order")
-            emit('{"e":"begin","id":' + encode(item._nodeid) + "}", False)
+            if type_(nodeid) is not str_type:
+                return abort("a node id of the wrong type")
+            emit('{"e":"begin","id":' + encode(nodeid) + "}", False)
             state = "in_test"
             next_phase = 0
             observed = {}
@@ -997,6 +1044,8 @@ def _guardian():
             return abort("a phase outside a test")
         item = items[index]
         nodeid = item._nodeid
+        if type_(nodeid) is not str_type:
+            return abort("a node id of the wrong type")
         if tick == "before_call" or tick.startswith("after_"):
             when = tick.split("_", 1)[1]
             if next_phase >= 3 or phases[next_phase] != when or args.get("item") is not item:
@@ -1020,7 +1069,7 @@ def _guardian():
                 return abort("a logged report that pytest did not make")
             if type_(below.f_locals.get("call")) is not callinfo_class or when not in observed:
                 return abort("a report without its phase")
-            d = report.__dict__
+            d = fields(report)
             rwhen = d.get("when")
             rid = d.get("nodeid")
             outcome = d.get("outcome")
@@ -1276,6 +1325,8 @@ def _main():
                 operator.is_,
                 operator.eq,
                 zip,
+                itertools.repeat,
+                sys.getsizeof,
                 operator.itemgetter,
                 operator.itemgetter.__call__,
                 itertools.chain.from_iterable,
