@@ -137,6 +137,11 @@ pub fn is_ignored(rel: &str) -> bool {
         .any(|c| c == "__pycache__" || c == ".pytest_cache" || c.ends_with(".pyc"))
 }
 
+/// A program or shared library the kernel would load (ELF), by its first bytes.
+fn is_native_code(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x7fELF")
+}
+
 /// Files that configure pytest itself (plugins, options, what is collected):
 /// grading machinery a submission may never change, whatever the task's globs
 /// say. `conftest.py` anywhere; ini-style files at the root or in a folder of
@@ -309,6 +314,11 @@ pub fn police_tree(
                     unreachable!("only files get here")
                 };
                 match &entry.content {
+                    Some(bytes) if !entry.too_large && is_native_code(bytes) => {
+                        // A test process must run Python, not machine code that
+                        // sits below every check (the graded tree is noexec too).
+                        policed.violation(path, "native machine code is not allowed");
+                    }
                     Some(bytes) if !entry.too_large => {
                         policed.graded.insert(
                             path.to_string(),

@@ -178,8 +178,8 @@ pub fn run_pytest(
         .limits(limits)
         .memory_scratch(TEST_SCRATCH_BYTES)
         .stdin(serde_json::to_vec(&config).expect("configs serialize"))
-        .readable(dirs.tree.clone())
-        .readable(dirs.boot.clone());
+        .data(dirs.tree.clone())
+        .data(dirs.boot.clone());
     cmd.noexec = true;
     cmd.output = dirs.output.join("pytest.log");
     for path in &env.readable_paths {

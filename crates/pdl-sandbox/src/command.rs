@@ -84,6 +84,12 @@ pub struct SandboxCommand {
     /// Extra host paths the command may read (bound read-only at the same place),
     /// beyond the system directories.
     pub readable: Vec<PathBuf>,
+    /// Host paths the command may read as data only: bound read-only and
+    /// `noexec`, so no program or shared library in them can be executed or
+    /// loaded (a submission's native extension module, say), even where a
+    /// wider read-only bind already shows them.
+    #[serde(default)]
+    pub data: Vec<PathBuf>,
     /// A host folder to serve as the command's private HOME (unused when
     /// `memory_scratch` is set).
     pub home: PathBuf,
@@ -135,6 +141,7 @@ impl SandboxCommand {
             env: BTreeMap::new(),
             writable: Vec::new(),
             readable: Vec::new(),
+            data: Vec::new(),
             home: scratch.join("home"),
             tmp: scratch.join("tmp"),
             memory_scratch: None,
@@ -172,6 +179,12 @@ impl SandboxCommand {
     /// Lets the command read `path`.
     pub fn readable(mut self, path: impl Into<PathBuf>) -> Self {
         self.readable.push(path.into());
+        self
+    }
+
+    /// Lets the command read `path` as data, never as code.
+    pub fn data(mut self, path: impl Into<PathBuf>) -> Self {
+        self.data.push(path.into());
         self
     }
 

@@ -216,6 +216,12 @@ fn build_root(spec: &InitSpec) -> Result<(), String> {
         bind(root, &canonical, false, false)?;
         bound.push(canonical);
     }
+    for path in &cmd.data {
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if canonical.exists() {
+            bind(root, &canonical, false, true)?;
+        }
+    }
     for path in &cmd.writable {
         bind(root, path, true, cmd.noexec)?;
     }
