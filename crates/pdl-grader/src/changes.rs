@@ -317,7 +317,7 @@ pub fn police_tree(
                     Some(bytes) if !entry.too_large && is_native_code(bytes) => {
                         // A test process must run Python, not machine code that
                         // sits below every check (the graded tree is noexec too).
-                        policed.violation(path, "native machine code is not allowed");
+                        policed.violation(path, "holds native machine code");
                     }
                     Some(bytes) if !entry.too_large => {
                         policed.graded.insert(

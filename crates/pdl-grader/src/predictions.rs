@@ -124,16 +124,17 @@ fn entry_from_value(value: &Value, location: String, raw: &str) -> PredictionEnt
 /// all is an error; a bad entry is an [`PredictionEntry::Invalid`]. Repeated
 /// (instance, model) pairs after the first are invalid as duplicates.
 pub fn parse_predictions(bytes: &[u8], source: &str) -> Result<Vec<PredictionEntry>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = bytes[..e.valid_up_to()]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count()
-            + 1;
-        format!("{source}: line {line}: not UTF-8 text")
-    })?;
     let mut entries = Vec::new();
-    if text.trim_start().starts_with('[') {
+    if bytes.trim_ascii_start().starts_with(b"[") {
+        // One JSON document: it is text as a whole or not at all.
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            let line = bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count()
+                + 1;
+            format!("{source}: line {line}: not UTF-8 text")
+        })?;
         let list: Vec<Value> = serde_json::from_str(text)
             .map_err(|e| format!("{source}: not a valid JSON list: {e}"))?;
         for (i, v) in list.iter().enumerate() {
@@ -144,20 +145,29 @@ pub fn parse_predictions(bytes: &[u8], source: &str) -> Result<Vec<PredictionEnt
             ));
         }
     } else {
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
+        // JSONL: each line on its own, so one bad line costs only itself.
+        for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+            let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+            if raw.trim_ascii().is_empty() {
                 continue;
             }
             let location = format!("line {}", i + 1);
-            match serde_json::from_str::<Value>(line) {
-                Ok(v) => entries.push(entry_from_value(&v, location, line)),
-                Err(e) => entries.push(PredictionEntry::Invalid(InvalidPrediction {
+            let invalid = |reason: String| {
+                PredictionEntry::Invalid(InvalidPrediction {
                     instance_id: None,
                     model_name_or_path: None,
-                    location,
-                    reason: format!("invalid JSON: {e}"),
-                    digest: digest(line.as_bytes()),
-                })),
+                    location: location.clone(),
+                    reason,
+                    digest: digest(raw),
+                })
+            };
+            let Ok(line) = std::str::from_utf8(raw) else {
+                entries.push(invalid("not UTF-8 text".into()));
+                continue;
+            };
+            match serde_json::from_str::<Value>(line) {
+                Ok(v) => entries.push(entry_from_value(&v, location, line)),
+                Err(e) => entries.push(invalid(format!("invalid JSON: {e}"))),
             }
         }
     }
@@ -441,8 +451,25 @@ mod tests {
         assert!(parse_predictions(b"[{\"a\": ", "p.json")
             .unwrap_err()
             .contains("not a valid JSON list"));
-        assert!(parse_predictions(b"{}\n\xff\xfe", "p.jsonl")
+        assert!(parse_predictions(b"[{}, \"\xff\"]", "p.json")
             .unwrap_err()
-            .contains("line 2: not UTF-8"));
+            .contains("line 1: not UTF-8"));
+    }
+
+    #[test]
+    fn a_line_that_is_not_text_costs_only_itself() {
+        let good = br#"{"instance_id": "t-v1", "model_name_or_path": "m", "model_patch": ""}"#;
+        let mut file = b"{\"instance_id\": \"\xff\"}\n".to_vec();
+        file.extend_from_slice(good);
+        let entries = parse_predictions(&file, "p.jsonl").unwrap();
+        assert_eq!(entries.len(), 2);
+        match &entries[0] {
+            PredictionEntry::Invalid(i) => {
+                assert_eq!(i.location, "line 1");
+                assert!(i.reason.contains("not UTF-8"), "{}", i.reason);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(entries[1], PredictionEntry::Valid(_)));
     }
 }

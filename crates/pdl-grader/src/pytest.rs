@@ -240,7 +240,7 @@ pub fn terminal_summary(tail: &str) -> Option<PytestCounts> {
     let line = tail.lines().rev().find(|l| !l.trim().is_empty())?;
     let line = line.trim().trim_matches('=').trim();
     let (counts, time) = line.rsplit_once(" in ")?;
-    if !time.trim_end().ends_with('s') {
+    if !is_duration(time.trim_end()) {
         return None;
     }
     let mut out = PytestCounts::default();
@@ -262,6 +262,29 @@ pub fn terminal_summary(tail: &str) -> Option<PytestCounts> {
         }
     }
     Some(out)
+}
+
+/// pytest's run time: `0.12s`, and past a minute `61.23s (0:01:01)`.
+fn is_duration(text: &str) -> bool {
+    let (seconds, clock) = match text.split_once(" (") {
+        Some((seconds, rest)) => (seconds, Some(rest.strip_suffix(')'))),
+        None => (text, None),
+    };
+    let seconds_ok = seconds
+        .strip_suffix('s')
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    let clock_ok = match clock {
+        None => true,
+        Some(Some(hms)) => {
+            let parts: Vec<&str> = hms.split(':').collect();
+            parts.len() == 3
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        }
+        Some(None) => false,
+    };
+    seconds_ok && clock_ok
 }
 
 /// The channels of a finished run that must agree: the signed protocol, the
@@ -338,6 +361,11 @@ mod tests {
             Some(PytestCounts::default())
         );
         assert!(terminal_summary("7 passed in 0.01s\nforged afterwards\n").is_none());
+        // Past a minute pytest adds the clock time.
+        let s = terminal_summary("==== 3 passed in 61.23s (0:01:01) ====\n").unwrap();
+        assert_eq!(s.passed, 3);
+        assert!(terminal_summary("3 passed in 61.23s (0:01)").is_none());
+        assert!(terminal_summary("3 passed in 61.23s (soon)").is_none());
         assert!(terminal_summary("").is_none());
     }
 }

@@ -30,8 +30,13 @@ use crate::outcome::LimitScope;
 enum Layout {
     /// Children of this cgroup v2 directory.
     V2 { parent: PathBuf },
-    /// Children of these v1 `memory` and `pids` directories.
-    V1 { memory: PathBuf, pids: PathBuf },
+    /// Children of these v1 `memory` and `pids` directories, and of the `cpu`
+    /// one where it is writable too.
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: Option<PathBuf>,
+    },
 }
 
 static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
@@ -117,7 +122,11 @@ fn detect() -> Option<Layout> {
         writable(&dir).then_some(dir)
     };
     if let (Some(memory), Some(pids)) = (v1("memory"), v1("pids")) {
-        return Some(Layout::V1 { memory, pids });
+        return Some(Layout::V1 {
+            memory,
+            pids,
+            cpu: v1("cpu"),
+        });
     }
     // cgroup v2.
     let (mountpoint, _, _) = mounts.iter().find(|(_, fstype, _)| fstype == "cgroup2")?;
@@ -159,6 +168,11 @@ fn detect() -> Option<Layout> {
         if !enabled(&dir) {
             return None;
         }
+    }
+    if has("cpu") {
+        // Where it can be had, CPU time is shared between runs, not between
+        // processes. Optional: the memory and process bounds stand without it.
+        let _ = write_file(&dir.join("cgroup.subtree_control"), "+cpu");
     }
     Some(Layout::V2 { parent: dir })
 }
@@ -216,7 +230,7 @@ impl RunCgroup {
                 }
                 cgroup
             }
-            Layout::V1 { memory, pids } => {
+            Layout::V1 { memory, pids, cpu } => {
                 let mut cgroup = RunCgroup {
                     dirs: Vec::new(),
                     version: LimitScope::CgroupV1,
@@ -225,6 +239,12 @@ impl RunCgroup {
                 cgroup.dirs.push(memory.clone());
                 let pids = made(pids.join(&name))?;
                 cgroup.dirs.push(pids.clone());
+                if let Some(cpu) = cpu {
+                    // A group of its own: the scheduler shares CPU time between
+                    // runs, so a run of a thousand busy processes gets one
+                    // run's share, not a thousand processes' share.
+                    cgroup.dirs.push(made(cpu.join(&name))?);
+                }
                 if let Some(bytes) = memory_bytes {
                     write_file(&memory.join("memory.limit_in_bytes"), &bytes.to_string())?;
                     // Where swap accounting exists, swap counts too.
@@ -245,6 +265,15 @@ impl RunCgroup {
     /// Which version enforces the limits.
     pub(crate) fn scope(&self) -> LimitScope {
         self.version
+    }
+
+    /// Whether the run has a CPU group of its own (its processes share one
+    /// run's part of the CPU time).
+    pub(crate) fn shares_cpu(&self) -> bool {
+        match self.version {
+            LimitScope::CgroupV2 => self.dirs[0].join("cpu.weight").exists(),
+            _ => self.dirs.len() > 2,
+        }
     }
 
     /// Descriptors of the files through which a starting process joins, with

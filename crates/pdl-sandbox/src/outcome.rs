@@ -150,6 +150,10 @@ pub struct Enforcement {
     pub max_processes: Option<u64>,
     /// Where the process-count bound applied.
     pub processes_scope: LimitScope,
+    /// Whether the run's processes together got one run's share of the CPU
+    /// (a CPU cgroup of their own), rather than one share per process.
+    #[serde(default)]
+    pub cpu_shared: bool,
     /// The largest file a process could write.
     pub max_file_bytes: Option<u64>,
     /// The size of each in-memory scratch mount, when the scratch was in memory.

@@ -88,6 +88,7 @@ impl ProcessRunner for PlainRunner {
             } else {
                 LimitScope::None
             },
+            cpu_shared: matches!(&cgroup, Ok(Some(c)) if c.shares_cpu()),
             max_file_bytes: limits.max_file_bytes,
             scratch_bytes: None,
             noexec: false,
@@ -143,6 +144,7 @@ impl ProcessRunner for PlainRunner {
             // The process limit counts every process of the user: only a
             // cgroup can bound one run's processes without touching the rest.
             process_rlimit: false,
+            oom_protected: false,
         };
         let supervised = run_supervised(cmd, limits, output, &command.stdin, setup);
         let oom_kills = cgroup.as_ref().map_or(0, RunCgroup::oom_kills);

@@ -181,6 +181,9 @@ pub(crate) struct ChildSetup {
     pub rlimits: Option<ResourceLimits>,
     /// Whether the process limit is applied as an rlimit.
     pub process_rlimit: bool,
+    /// Whether the child is exempt from the OOM killer (`oom_score_adj`
+    /// -1000, where the harness may set it); its own children reset it.
+    pub oom_protected: bool,
 }
 
 /// Spawns `command` in a new process group with merged, bounded output and the
@@ -209,13 +212,20 @@ pub(crate) fn run_supervised(
         .map(|p| (p.fd.as_raw_fd(), p.target))
         .collect();
     let procs: Vec<i32> = setup.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect();
+    let mut targets: Vec<i32> = moves.iter().map(|&(_, target)| target).collect();
+    targets.sort_unstable();
     let rlimits = setup.rlimits.clone();
     let process_rlimit = setup.process_rlimit;
+    let oom_protected = setup.oom_protected;
     // SAFETY: the closure only calls dup2, fcntl, write and setrlimit, which are
     // async-signal-safe, on descriptors and values prepared before the fork.
     unsafe {
         command.pre_exec(move || {
             crate::cgroup::join_from_child(&procs)?;
+            if oom_protected {
+                // Best effort: lowering the score needs privilege.
+                set_oom_score_adj(b"-1000");
+            }
             // Two passes, so that a source numbered like another's target is
             // not overwritten before it moves.
             let mut staged = Vec::with_capacity(moves.len());
@@ -231,6 +241,9 @@ pub(crate) fn run_supervised(
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // Nothing else crosses the exec: not even a descriptor the
+            // harness itself inherited without close-on-exec.
+            cloexec_all_but(&targets);
             if let Some(limits) = &rlimits {
                 apply_resource_limits(limits, process_rlimit);
             }
@@ -289,6 +302,64 @@ pub(crate) fn run_supervised(
         duration,
         output,
     })
+}
+
+/// Marks every descriptor from 3 up close-on-exec except `keep` (sorted).
+/// Async-signal-safe: `close_range` where the kernel has it, else `fcntl`
+/// over every number up to the descriptor limit.
+fn cloexec_all_but(keep: &[i32]) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    let mut ranges = [(0u32, 0u32); 66];
+    let mut n = 0;
+    let mut low = 3u32;
+    for &k in keep.iter().filter(|&&k| k >= 3).take(64) {
+        let k = k as u32;
+        if k > low {
+            ranges[n] = (low, k - 1);
+            n += 1;
+        }
+        low = low.max(k + 1);
+    }
+    ranges[n] = (low, u32::MAX);
+    n += 1;
+    for &(first, last) in &ranges[..n] {
+        // SAFETY: plain syscalls on integers.
+        let done =
+            unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) == 0 };
+        if done {
+            continue;
+        }
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills the struct.
+        let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            limit.rlim_cur.min(1 << 16) as u32
+        } else {
+            1024
+        };
+        for fd in first..=last.min(top) {
+            // SAFETY: fcntl on a number; a closed one answers EBADF.
+            unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+    }
+}
+
+/// Writes `value` to /proc/self/oom_score_adj. Async-signal-safe; errors are
+/// ignored (an unprivileged harness cannot lower the score).
+pub(crate) fn set_oom_score_adj(value: &[u8]) {
+    // SAFETY: open/write/close on a static NUL-terminated path and a buffer.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::write(fd, value.as_ptr().cast(), value.len());
+            libc::close(fd);
+        }
+    }
 }
 
 /// Applies the per-process limits. Async-signal-safe. The process limit counts

@@ -4,6 +4,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::fd::FromRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -365,6 +366,144 @@ fn a_fork_storm_cannot_starve_a_neighbouring_run() {
     let _ = storm_thread.join().unwrap();
     assert_eq!(ok.status, RunStatus::Exited { code: 0 }, "{}", output(&ok));
     assert!(output(&ok).contains("FINE"));
+}
+
+/// Memory held by the run's in-memory files belongs to no process: when it
+/// fills the run's bound the kernel kills the command, never the sandbox's own
+/// helper, and the run ends out of memory (the run's doing), not as a sandbox
+/// failure (the harness's).
+#[test]
+fn filling_in_memory_scratch_ends_out_of_memory_not_as_a_sandbox_failure() {
+    if !cgroups_required() {
+        return;
+    }
+    let s = Scratch::new();
+    let mut cmd = s.sh("exec cat /dev/zero > /tmp/fill");
+    cmd.memory_scratch = Some(1 << 30);
+    cmd.limits.memory_bytes = Some(96 << 20);
+    cmd.limits.wall_time = Duration::from_secs(20);
+    let r = runner().run(&cmd);
+    assert!(r.oom_kills > 0, "{:?}: {}", r.status, output(&r));
+    assert_eq!(r.status, RunStatus::OutOfMemory, "{}", output(&r));
+}
+
+/// A descriptor the harness itself inherited without close-on-exec (from the
+/// shell that started it, say) never reaches a sandboxed command.
+#[test]
+fn descriptors_the_harness_inherited_stay_behind() {
+    // SAFETY: open, fcntl and dup2 on numbers this test owns.
+    let stray = unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        assert!(fd >= 0);
+        assert_eq!(libc::dup2(fd, 251), 251);
+        libc::close(fd);
+        libc::fcntl(251, libc::F_SETFD, 0);
+        251
+    };
+    let s = Scratch::new();
+    let code = "import os\n\
+        try:\n\
+        \x20   os.fstat(251); print('OPEN')\n\
+        except OSError:\n\
+        \x20   print('CLOSED')\n";
+    let r = runner().run(&s.python(code));
+    // SAFETY: closing the number opened above.
+    unsafe { libc::close(stray) };
+    assert!(output(&r).contains("CLOSED"), "{}", output(&r));
+    let plain = PlainRunner.run(&s.python(code));
+    assert!(output(&plain).contains("CLOSED"), "{}", output(&plain));
+}
+
+/// A path handed over as data can be read but nothing in it executed or
+/// loaded, even where a wider read-only bind shows it.
+#[test]
+fn data_paths_are_read_never_executed() {
+    let s = Scratch::new();
+    let data = s.dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let tool = data.join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho RAN\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!(
+        "cat {0} >/dev/null && echo READ; {0}; echo code $?",
+        tool.display()
+    );
+    let r = runner().run(&s.sh(&script).data(data.clone()));
+    let out = output(&r);
+    assert!(out.contains("READ"), "{out}");
+    assert!(!out.contains("RAN"), "{out}");
+    assert!(out.contains("code 126"), "{out}");
+}
+
+/// The OOM killer takes the command's processes before the sandbox's helper
+/// (pid 1 of the run): memory the run holds in files of no process cannot get
+/// the helper killed and turn the run's own failure into the harness's.
+#[test]
+fn the_oom_killer_takes_the_command_before_the_helper() {
+    let s = Scratch::new();
+    let r =
+        runner().run(&s.sh(
+            "echo self $(cat /proc/self/oom_score_adj); echo helper $(cat /proc/1/oom_score_adj)",
+        ));
+    let out = output(&r);
+    assert_eq!(r.status, RunStatus::Exited { code: 0 }, "{out}");
+    assert!(out.contains("self 1000"), "{out}");
+    let helper: i32 = out
+        .split("helper ")
+        .nth(1)
+        .and_then(|t| t.trim().parse().ok())
+        .expect("the helper's score");
+    assert!(helper < 1000, "{out}");
+}
+
+/// A run of many busy processes gets one run's share of the CPU, not one
+/// share per process: a neighbouring run's fixed work takes about as long as
+/// it does alone, not tens of times longer.
+#[test]
+fn a_cpu_hog_cannot_starve_a_neighbouring_run() {
+    if !cgroups_required() {
+        return;
+    }
+    let work = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo DONE";
+    let r = runner();
+    let alone_scratch = Scratch::new();
+    let started = std::time::Instant::now();
+    let alone = r.run(&alone_scratch.sh(work));
+    let alone_s = started.elapsed().as_secs_f64();
+    assert_eq!(
+        alone.status,
+        RunStatus::Exited { code: 0 },
+        "{}",
+        output(&alone)
+    );
+    assert!(alone.enforced.cpu_shared, "{:?}", alone.enforced);
+    let hog_scratch = Scratch::new();
+    let mut hog = hog_scratch
+        .sh("i=0; while [ $i -lt 60 ]; do (while :; do :; done) & i=$((i+1)); done; wait");
+    hog.limits.wall_time = Duration::from_secs((alone_s * 12.0).ceil() as u64 + 4);
+    let hog_thread = std::thread::spawn({
+        let r = r.clone();
+        move || r.run(&hog)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let neighbour = Scratch::new();
+    let started = std::time::Instant::now();
+    let shared = r.run(&neighbour.sh(work));
+    let shared_s = started.elapsed().as_secs_f64();
+    let hog_report = hog_thread.join().unwrap();
+    assert_eq!(
+        shared.status,
+        RunStatus::Exited { code: 0 },
+        "{}",
+        output(&shared)
+    );
+    assert_eq!(hog_report.status, RunStatus::TimedOut);
+    // Without a CPU group of its own the neighbour would get 1/61 of the
+    // machine: about 30 times slower on two cores.
+    assert!(
+        shared_s < alone_s * 6.0 + 1.0,
+        "the neighbour took {shared_s:.2} s beside the hog, {alone_s:.2} s alone"
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use super::{InitSpec, SANDBOX_ID, SPEC_FD, STATUS_FD};
 use crate::command::{NetworkPolicy, PRIVATE_HOME};
-use crate::supervise::{apply_resource_limits, pipe};
+use crate::supervise::{apply_resource_limits, pipe, set_oom_score_adj};
 
 /// Host folders bound read-only when they exist.
 const SYSTEM_PATHS: &[&str] = &[
@@ -484,6 +484,10 @@ fn namespace_init(spec: InitSpec, sync_read: OwnedFd) -> ! {
         fail(errno_message("fork command"));
     }
     if child == 0 {
+        // The OOM killer takes the command's processes first, whatever their
+        // size: raising the score needs no privilege (lowering the helper's
+        // does, and is only tried).
+        set_oom_score_adj(b"1000");
         drop_privileges(host_is_root);
         apply_resource_limits(&cmd.limits, host_is_root);
         let mut exec = Command::new(&cmd.program);

@@ -199,6 +199,7 @@ impl ProcessRunner for NamespaceRunner {
             } else {
                 LimitScope::None
             },
+            cpu_shared: matches!(&cgroup, Ok(Some(c)) if c.shares_cpu()),
             max_file_bytes: limits.max_file_bytes,
             scratch_bytes: command.memory_scratch,
             noexec: command.noexec,
@@ -308,6 +309,9 @@ impl ProcessRunner for NamespaceRunner {
             cgroup_procs,
             rlimits: None,
             process_rlimit: false,
+            // The helper holds the run together and reports how it ended: the
+            // OOM killer takes the command's processes, never the helper.
+            oom_protected: true,
         };
         let supervised = run_supervised(cmd, limits, output, &command.stdin, setup);
         let status_text = status_thread.join().unwrap_or_default();
@@ -325,11 +329,16 @@ impl ProcessRunner for NamespaceRunner {
             }
         };
         let mut status = interpret(&status_text, s.timed_out, s.code_or_signal());
+        // The run's memory ran out: the command's SIGKILL, or the helper's own
+        // if the kernel found nothing else to kill (memory held by the run's
+        // in-memory files), is the run's doing.
+        let helper_killed = s.code_or_signal() == (None, Some(libc::SIGKILL));
         if oom_kills > 0
-            && status
+            && (status
                 == (RunStatus::Signaled {
                     signal: libc::SIGKILL,
                 })
+                || (matches!(status, RunStatus::SandboxFailed { .. }) && helper_killed))
         {
             status = RunStatus::OutOfMemory;
         }
