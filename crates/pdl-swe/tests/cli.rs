@@ -431,3 +431,33 @@ fn doctor_reports_the_sandbox_and_can_run_again() {
         assert_eq!(report["plain"]["runs"], 3);
     }
 }
+
+/// The summary `grade` prints keeps harness errors out of the mean (they are
+/// the harness's, not the model's), with the report library's statistics.
+#[test]
+fn the_grade_summary_keeps_harness_errors_out_of_the_mean() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results.jsonl");
+    let first = grade_fixtures(&out);
+    assert_eq!(first.status.code(), Some(1), "{}", text(&first));
+    // Resumed, everything is already graded: the summary is of the records.
+    let tasks = fixtures().join("tasks");
+    let predictions = fixtures().join("predictions.jsonl");
+    let again = pdl_swe(&[
+        "grade",
+        "--dataset",
+        tasks.to_str().unwrap(),
+        "--predictions",
+        predictions.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let summary: Value = serde_json::from_slice(&again.stdout).expect("a JSON summary");
+    let broken = &summary["broken-task"];
+    assert_eq!(broken["harness_errors"], 1, "{summary}");
+    assert_eq!(broken["scored"], 0, "{summary}");
+    assert!(broken["mean_reward"].is_null(), "{summary}");
+    assert_eq!(summary["empty"]["mean_reward"], 0.2, "{summary}");
+}

@@ -6,6 +6,7 @@ use anyhow::Context;
 use pdl_grader::predictions::{grade_predictions, parse_predictions, resume_key, GradeEvent};
 use pdl_grader::record::RecordLog;
 use pdl_grader::{ResultRecord, Verdict};
+use pdl_report::{RunReport, Stats};
 use serde::Serialize;
 
 use crate::cli::{Format, GradeArgs};
@@ -14,12 +15,13 @@ use crate::exit::{self, ExitError};
 use crate::render::{print_json, progress_bar, reward, table};
 use crate::settings::{load_dataset, resolve};
 
-#[derive(Serialize, Default)]
+/// One model's predictions, summarized by the report library's own
+/// statistics: harness errors are counted but kept out of the mean.
+#[derive(Serialize)]
 struct ModelSummary {
     predictions: usize,
-    mean_reward: f64,
-    verdicts: BTreeMap<&'static str, usize>,
-    landed_rungs: usize,
+    #[serde(flatten)]
+    stats: Stats,
 }
 
 /// Runs `grade`.
@@ -62,44 +64,54 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
     if let Some(e) = write_error {
         return Err(e.into());
     }
-    let mut by_model: BTreeMap<String, ModelSummary> = BTreeMap::new();
-    for r in &records {
-        let s = by_model
-            .entry(
-                r.model_name_or_path
-                    .clone()
-                    .unwrap_or_else(|| "unknown".into()),
+    let report = RunReport::from_records(&args.out, None, &records, &BTreeMap::new());
+    let mut rows_by_model: BTreeMap<&str, Vec<&pdl_report::EpisodeRow>> = BTreeMap::new();
+    for row in &report.episodes {
+        rows_by_model
+            .entry(row.model.as_str())
+            .or_default()
+            .push(row);
+    }
+    let by_model: BTreeMap<String, ModelSummary> = rows_by_model
+        .into_iter()
+        .map(|(model, rows)| {
+            (
+                model.to_string(),
+                ModelSummary {
+                    predictions: rows.len(),
+                    stats: Stats::of(rows),
+                },
             )
-            .or_default();
-        s.predictions += 1;
-        s.mean_reward += r.reward;
-        *s.verdicts.entry(r.verdict.name()).or_default() += 1;
-        s.landed_rungs += r.landed_rung.is_some() as usize;
-    }
-    for s in by_model.values_mut() {
-        s.mean_reward /= s.predictions.max(1) as f64;
-    }
+        })
+        .collect();
     match args.format {
         Format::Json => print_json(&by_model)?,
         Format::Table => {
             let mut t = table(&[
                 "model",
                 "predictions",
-                "mean reward",
+                "mean reward (95% CI)",
                 "verdicts",
                 "landed rungs",
             ]);
             for (model, s) in &by_model {
+                let interval = s
+                    .stats
+                    .ci95
+                    .as_ref()
+                    .map(|ci| format!(" ({:.3}–{:.3})", ci.lo, ci.hi))
+                    .unwrap_or_default();
                 t.add_row(vec![
                     model.clone(),
                     s.predictions.to_string(),
-                    reward(Some(s.mean_reward)),
-                    s.verdicts
+                    format!("{}{interval}", reward(s.stats.mean_reward)),
+                    s.stats
+                        .verdicts
                         .iter()
                         .map(|(v, n)| format!("{v} {n}"))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    s.landed_rungs.to_string(),
+                    s.stats.landed_rungs.values().sum::<usize>().to_string(),
                 ]);
             }
             println!("{t}");
