@@ -217,10 +217,18 @@ pub(crate) fn run_supervised(
     let rlimits = setup.rlimits.clone();
     let process_rlimit = setup.process_rlimit;
     let oom_protected = setup.oom_protected;
+    // SAFETY: getpid cannot fail.
+    let harness = unsafe { libc::getpid() };
     // SAFETY: the closure only calls dup2, fcntl, write and setrlimit, which are
     // async-signal-safe, on descriptors and values prepared before the fork.
     unsafe {
         command.pre_exec(move || {
+            // A run never outlives the harness: killed with it, even by
+            // SIGKILL. The harness may already be gone by now.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != harness {
+                libc::_exit(1);
+            }
             crate::cgroup::join_from_child(&procs)?;
             if oom_protected {
                 // Best effort: lowering the score needs privilege.

@@ -461,3 +461,18 @@ fn the_grade_summary_keeps_harness_errors_out_of_the_mean() {
     assert!(broken["mean_reward"].is_null(), "{summary}");
     assert_eq!(summary["empty"]["mean_reward"], 0.2, "{summary}");
 }
+
+/// A task whose own conftest decides how tests run (here: skipping every
+/// test body when a comment is present) cannot calibrate: its runs are
+/// refused, and the message names the hook.
+#[test]
+fn a_task_whose_conftest_decides_outcomes_does_not_calibrate() {
+    let tasks = fixtures().join("hostile_tasks/pdl_open_backdoor_pyfunc");
+    let out = pdl_swe(&["calibrate", "--dataset", tasks.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("implements pytest_pyfunc_call"),
+        "{}",
+        text(&out)
+    );
+}

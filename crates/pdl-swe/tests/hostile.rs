@@ -257,3 +257,48 @@ fn hostile_patches_end_as_verdicts_and_leave_no_trace() {
     let rss_mib = max_child_rss_kib() / 1024;
     assert!(rss_mib < 150, "a child process peaked at {rss_mib} MiB");
 }
+
+/// Killing the harness (even with SIGKILL, which it cannot catch) ends every
+/// run it started: nothing of a submission keeps running on the host.
+#[test]
+fn runs_die_with_the_harness() {
+    let marker = format!("{}.{}", 900 + std::process::id() % 99, std::process::id());
+    let patch = appending(&format!(
+        "import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'])\ntime.sleep(60)\n"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let predictions = dir.path().join("p.jsonl");
+    let line =
+        json!({"instance_id": TASK, "model_name_or_path": "lingering", "model_patch": patch});
+    std::fs::write(&predictions, format!("{line}\n")).unwrap();
+    let tasks = fixtures().join("tasks");
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .args(["grade", "--dataset"])
+        .arg(&tasks)
+        .arg("--predictions")
+        .arg(&predictions)
+        .arg("--out")
+        .arg(dir.path().join("out.jsonl"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while processes_with(&marker) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the test process never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    harness.kill().unwrap();
+    harness.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while processes_with(&marker) > 0 {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "a run outlived the harness"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

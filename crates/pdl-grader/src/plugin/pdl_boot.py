@@ -811,6 +811,11 @@ def _guardian():
             return False
         return holds(kind.__dict__, function.__func__)
 
+    def task_decides(hook_name, impl):
+        # A module of the task (a conftest) may give fixtures and configure,
+        # never decide how a test runs or what its report says.
+        return hook_name in runtest_hooks and type_(impl.plugin) is module_type and impl.plugin not in genuine_modules
+
     def hooks_ok(names):
         # The hook callers and their implementations are those known; a new
         # implementation must belong to a known plugin.
@@ -836,6 +841,8 @@ def _guardian():
             for impl in impls:
                 if not impl_ok(impl):
                     return abort("a hook implementation added: " + hook_name)
+                if task_decides(hook_name, impl):
+                    return abort("a conftest of the task implements " + hook_name + ", which decides outcomes")
             hook_impls[hook_name] = (caller, tuple_type(impls), tuple_type(i.function for i in impls), known[3])
         return True
 
@@ -987,6 +994,8 @@ def _guardian():
                 for impl in impls:
                     if not impl_ok(impl):
                         return abort("a foreign hook implementation: " + hook_name)
+                    if task_decides(hook_name, impl):
+                        return abort("a conftest of the task implements " + hook_name + ", which decides outcomes")
                 hook_impls[hook_name] = (
                     caller,
                     tuple_type(impls),

@@ -563,6 +563,10 @@ pub fn init_main() -> ! {
         ));
     }
     if pid == 0 {
+        // Should the helper die (the harness gone), the namespace goes with
+        // it: its first process's death ends every process in it.
+        // SAFETY: prctl with integer arguments on this process.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
         drop(sync_write);
         namespace_init(spec, sync_read);
     }
