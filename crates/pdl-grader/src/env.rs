@@ -26,7 +26,19 @@ pluggy==1.5.0
 iniconfig==2.0.0
 packaging==24.2
 exceptiongroup==1.2.2; python_version < \"3.11\"
-tomli==2.2.1; python_version < \"3.11\"
+tomli==2.0.1; python_version < \"3.11\"
+";
+
+/// The same pins with the SHA-256 of their (pure Python, universal) wheels,
+/// for a task whose own lock carries hashes: installers check every
+/// requirement's hash once one has any.
+pub const HARNESS_REQUIREMENTS_HASHED: &str = "\
+pytest==8.3.5 --hash=sha256:c69214aa47deac29fad6c2a4f590b9c4a9fdb16a403176fe154b79c0b4d4d820
+pluggy==1.5.0 --hash=sha256:44e1ad92c8ca002de6377e165f3e0f1be63266ab4d554740532335b9d75ea669
+iniconfig==2.0.0 --hash=sha256:b6a85871a79d2e3b22d2d1b94ac2824226a63c6b741c88f7ae975f18b6778374
+packaging==24.2 --hash=sha256:09abb1bccd265c01f4a3aa3f7a7db064b36514d2cba19a2f694fe6150451a759
+exceptiongroup==1.2.2; python_version < \"3.11\" --hash=sha256:3111b9d131c238bec2f8f516e123e14ba243563fb135d3fe885990585aa7795b
+tomli==2.0.1; python_version < \"3.11\" --hash=sha256:939de3e7a6161af0c887ef91b7d41a53e7c5a1ca976325f429cb46ea9bc30ecc
 ";
 
 const MARKER: &str = "pdl-env.json";
@@ -470,7 +482,12 @@ impl EnvManager {
     }
 
     fn build(&self, root: &Path, requirements: &[String]) -> Result<EnvironmentInfo, EnvError> {
-        let reqs_text = format!("{HARNESS_REQUIREMENTS}{}\n", requirements.join("\n"));
+        let harness = if requirements.iter().any(|r| r.contains("--hash=")) {
+            HARNESS_REQUIREMENTS_HASHED
+        } else {
+            HARNESS_REQUIREMENTS
+        };
+        let reqs_text = format!("{harness}{}\n", requirements.join("\n"));
         let python = root.join("bin/python");
         match &self.installer {
             Installer::Uv(uv) => {

@@ -476,3 +476,34 @@ fn a_task_whose_conftest_decides_outcomes_does_not_calibrate() {
         text(&out)
     );
 }
+
+/// A lock with hashes (pip's hash-checking mode) builds: the harness's own
+/// pins then carry their hashes too.
+#[test]
+fn a_lock_with_hashes_builds_its_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("pdl_fixture_calc_001");
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(fixtures().join("tasks/pdl_fixture_calc_001"))
+        .arg(&task)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    std::fs::write(
+        task.join("fixtures/requirements.lock"),
+        "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n",
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let out = pdl_swe(&[
+        "calibrate",
+        "--dataset",
+        task.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
