@@ -224,7 +224,8 @@ pub struct RunCampaignArgs {
     /// An extra variable for external agents (repeatable).
     #[arg(long = "agent-env", value_name = "NAME=VALUE")]
     pub agent_env: Vec<String>,
-    /// A host path external agents may read, such as their own installation (repeatable).
+    /// A host path external agents may read, such as their own installation
+    /// (repeatable). The run folder and the work folder must lie outside it.
     #[arg(long = "agent-path", value_name = "PATH")]
     pub agent_paths: Vec<PathBuf>,
     /// Model calls per episode (built-in agent).
