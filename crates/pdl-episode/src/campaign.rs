@@ -149,6 +149,9 @@ pub struct CampaignSettings {
     pub allowed_provider_tools: BTreeSet<String>,
     /// Bounds on the gateway's requests and connections.
     pub gateway_limits: crate::GatewayLimits,
+    /// Bounds on each episode's own file system (its workspace, unless kept,
+    /// and the agent's scratch).
+    pub scratch: pdl_sandbox::ScratchBounds,
 }
 
 /// Progress of a campaign.
@@ -877,7 +880,15 @@ impl EpisodeContext<'_> {
         if let Ok(ledger) = &ledger {
             episode["ledger"] = Value::String(paths.ledger.display().to_string());
             record_carried(&mut episode, ledger.carried());
+            let interrupted = ledger.interrupted();
+            if interrupted.total() > 0 {
+                episode["interrupted"] = json!({
+                    "tokens_in": interrupted.input_tokens,
+                    "tokens_out": interrupted.output_tokens,
+                });
+            }
         }
+        let ledger_opened = ledger.is_ok();
         let kept_ok = if self.settings.keep_workspaces {
             self.dir
                 .open_dir(&kept, true)
@@ -893,6 +904,21 @@ impl EpisodeContext<'_> {
             Ok(record) => record,
             Err(message) => harness_error_record(task, job, &self.settings.model, message),
         };
+        // The attempt is over: its spend is carried into any later attempt
+        // of the slot (only a harness error is run again).
+        if ledger_opened {
+            let closed = self
+                .dir
+                .open_file(&paths.ledger, pdl_fs::OpenMode::ReadAppend)
+                .map_err(|e| e.to_string())
+                .and_then(|file| {
+                    Ledger::close(file, &self.dir.display_path(&paths.ledger))
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(error) = closed {
+                episode["ledger_error"] = Value::String(error);
+            }
+        }
         record.episode = Some(episode);
         if !self.settings.keep_workspaces {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -913,6 +939,24 @@ impl EpisodeContext<'_> {
         let _ = std::fs::remove_dir_all(scratch);
         let _ = std::fs::remove_dir_all(workspace);
         std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        // The workspace and the agent's scratch get a file system of their
+        // own, so that no agent can take the inodes or bytes the harness's
+        // other folders (other episodes, grading folders) live on.
+        let _scratch_fs = match pdl_sandbox::ScratchFs::mount(scratch, self.settings.scratch) {
+            Ok(fs) => {
+                episode["scratch_fs"] = json!({
+                    "bytes": fs.bounds().bytes,
+                    "inodes": fs.bounds().inodes,
+                });
+                Some(fs)
+            }
+            Err(e) => {
+                episode["scratch_fs"] = json!({
+                    "shared": format!("no file system of its own ({e}): inodes are bounded only by the run's memory"),
+                });
+                None
+            }
+        };
         let env = self
             .grader
             .envs()

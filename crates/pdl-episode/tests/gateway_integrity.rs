@@ -639,8 +639,8 @@ fn ledger_at(path: &Path) -> pdl_episode::Ledger {
 
 #[test]
 fn an_attempt_starts_from_what_the_earlier_attempts_of_its_slot_spent_and_held() {
-    // Red-team attempt 18: spend, drop out (a harness error, or the harness
-    // killed), start again with a fresh budget. The budget is the slot's.
+    // Red-team attempt 18: spend, drop out through a harness error, start
+    // again with a fresh budget. The budget is the slot's.
     const BUDGET: u64 = 20_000;
     let setup = Setup::new(ApiKind::OpenAi, Duration::from_millis(1500));
     let ledger = setup.dir.path().join("ledger.jsonl");
@@ -689,16 +689,27 @@ fn an_attempt_starts_from_what_the_earlier_attempts_of_its_slot_spent_and_held()
     while setup.upstream.received().len() < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    // What a harness killed now would leave: the settled call and the one in
-    // flight, charged whole.
-    let crashed = ledger_at(&ledger).carried();
+    // What a harness killed now would leave on record: the settled call and
+    // the one in flight, counted whole, as an attempt cut short (reported,
+    // not charged: no agent can kill the harness).
+    let crashed = ledger_at(&ledger);
     assert!(
-        crashed.total() >= settled + 4000,
-        "{crashed:?} after {settled}"
+        crashed.interrupted().total() >= settled + 4000,
+        "{:?} after {settled}",
+        crashed.interrupted()
     );
+    assert_eq!(crashed.carried().total(), 0);
+    drop(crashed);
     assert_eq!(setup.http.rt.block_on(slow).unwrap(), 200);
     let first_usage = first.close();
     assert_within(&first_usage, BUDGET);
+    // The campaign closes the attempt when it records its outcome.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&ledger)
+        .unwrap();
+    pdl_episode::Ledger::close(file, &ledger).unwrap();
 
     // The next attempt starts from all of it, and cannot go past the budget.
     let second = open("second");

@@ -623,6 +623,58 @@ fn a_workspace_the_agent_shaped_is_its_own_doing_and_costs_the_harness_nothing()
     assert_eq!(episodes(&out).len(), 2);
 }
 
+#[test]
+fn an_agent_that_takes_every_inode_fills_only_its_own_file_system() {
+    // Red-team attempt 17: files in the workspace's .git until the file
+    // system is full. The episode's workspace and scratch live on a file
+    // system of their own, so the agent fills that one: its episode is
+    // graded, and the harness's folders beside it keep their inodes.
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let work = dir.path().join("work");
+    let mut args = run_args(
+        &model.base_url(),
+        &out,
+        &[
+            "--agent-cmd",
+            &agent_cmd("inodes.py"),
+            "--episode-inodes",
+            "5000",
+            "--work-dir",
+            &work.display().to_string(),
+            "-j",
+            "1",
+        ],
+    );
+    args.extend(["--samples".to_string(), "2".to_string()]);
+    let run = pdl_swe(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 2);
+    for ep in &eps {
+        assert_eq!(ep["verdict"], "graded", "{ep}");
+        assert_eq!(ep["reward"].as_f64(), Some(0.2), "{ep}");
+        assert_eq!(ep["episode"]["scratch_fs"]["inodes"], 5000, "{ep}");
+        let log =
+            std::fs::read_to_string(out.join(ep["episode"]["log"].as_str().unwrap())).unwrap();
+        let said = log
+            .lines()
+            .find_map(|l| l.strip_prefix("@@ inodes "))
+            .unwrap_or_else(|| panic!("{log}"));
+        let said: Value = serde_json::from_str(said).unwrap();
+        assert_eq!(said["stopped"], "ENOSPC", "{said}");
+        assert!(said["made"].as_u64().unwrap() < 5000, "{said}");
+        assert_eq!(said["files"], 5000, "{said}");
+    }
+    // Nothing is left mounted under the work folder.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&work.display().to_string()),
+        "a scratch file system was left mounted"
+    );
+}
+
 /// What the logging upstream billed in all (input by its bytes and images,
 /// output by the cap it was sent).
 fn billed(upstream: &Upstream) -> u64 {
@@ -870,10 +922,11 @@ fn remove_cgroups_of(pid: u32) {
 }
 
 #[test]
-fn a_harness_killed_in_the_middle_of_an_episode_leaves_its_spend_counted() {
+fn a_harness_killed_in_the_middle_of_an_episode_reports_its_spend_and_leaves_the_budget_whole() {
     // The ledger is written as the gateway reserves and settles: a harness
-    // killed while a call is in flight leaves both counted, and the episode
-    // run on the next start gets only what is left.
+    // killed while a call is in flight leaves both on record. No agent can
+    // kill the harness, so the attempt run on the next start gets the whole
+    // budget, and its record reports what the cut-short attempt spent.
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start(dir.path());
     let out = dir.path().join("run");
@@ -931,17 +984,18 @@ fn a_harness_killed_in_the_middle_of_an_episode_leaves_its_spend_counted() {
     let eps = episodes(&out);
     assert_eq!(eps.len(), 1);
     let ep = &eps[0]["episode"];
-    let carried = ep["carried"]["tokens_in"].as_u64().unwrap()
-        + ep["carried"]["tokens_out"].as_u64().unwrap();
+    assert!(ep.get("carried").is_none(), "{ep}");
+    let interrupted = ep["interrupted"]["tokens_in"].as_u64().unwrap()
+        + ep["interrupted"]["tokens_out"].as_u64().unwrap();
     assert!(
-        carried >= billed_first,
-        "the slot carried {carried} of the {billed_first} the killed start was billed: {ep}"
+        interrupted >= billed_first,
+        "the record reports {interrupted} of the {billed_first} the killed start was billed: {ep}"
     );
     assert!(tokens(ep) <= BUDGET, "{ep}");
-    let total = billed(&upstream);
+    let second = billed(&upstream) - billed_first;
     assert!(
-        total <= BUDGET,
-        "one episode slot was billed {total} over two starts on a {BUDGET} budget"
+        second > BUDGET / 2 && second <= BUDGET,
+        "the resumed attempt was billed {second} of its {BUDGET} budget"
     );
 }
 

@@ -369,7 +369,13 @@ fn a_campaign_killed_with_sigkill_resumes_without_loss_or_duplicates() {
         .collect();
     assert_eq!(keys.len(), 6, "every sample exactly once");
     assert_eq!(eps.len(), 6, "no duplicates");
-    assert!(eps.iter().all(|e| e["reward"] == 1.0));
+    assert!(
+        eps.iter().all(|e| e["reward"] == 1.0),
+        "{:#?}",
+        eps.iter()
+            .map(|e| (e["reward"].clone(), e["episode"].clone()))
+            .collect::<Vec<_>>()
+    );
     let calibration = records(&out)
         .iter()
         .filter(|r| r["kind"] != "episode")

@@ -819,7 +819,7 @@ mod tests {
         let path = dir.path().join("ledger.jsonl");
         std::fs::write(
             &path,
-            "{\"tokens_in\": 300, \"tokens_out\": 200, \"held_in\": 0, \"held_out\": 100}\n",
+            "{\"tokens_in\": 300, \"tokens_out\": 200, \"held_in\": 0, \"held_out\": 100, \"closed\": true}\n",
         )
         .unwrap();
         let file = std::fs::OpenOptions::new()

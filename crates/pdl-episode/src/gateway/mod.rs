@@ -98,10 +98,12 @@
 //! earlier attempts spent ([`Ledger::carried`], counted as used and reported in
 //! [`Usage::carried_input_tokens`] and [`Usage::carried_output_tokens`]) and
 //! appends one line to the slot's ledger file each time its spend changes: on
-//! each reservation, before the call goes upstream, and on each settlement. A
-//! harness killed at any point leaves the calls it forwarded counted, those in
-//! flight for their whole reservation. A reservation that cannot be written to
-//! the ledger is not forwarded (HTTP 503).
+//! each reservation, before the call goes upstream, and on each settlement; the
+//! campaign closes the attempt when its outcome is recorded ([`Ledger::close`]),
+//! calls still in flight charged whole. Only closed attempts are carried: an
+//! attempt the harness never closed (it was killed) is reported
+//! ([`Ledger::interrupted`]) but leaves the next attempt its budget. A
+//! reservation that cannot be written to the ledger is not forwarded (HTTP 503).
 //!
 //! # Bounded resources
 //!

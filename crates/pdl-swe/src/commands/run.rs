@@ -136,6 +136,10 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
             max_request_bytes: max_request_bytes(args.max_request_mib)?,
             ..GatewayLimits::default()
         },
+        scratch: pdl_sandbox::ScratchBounds {
+            bytes: args.episode_disk_mib << 20,
+            inodes: args.episode_inodes,
+        },
     };
     let mut bar = None;
     let outcome = run_campaign(
