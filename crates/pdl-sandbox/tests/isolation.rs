@@ -588,6 +588,46 @@ fn in_memory_scratch_is_bounded_private_and_noexec() {
 }
 
 #[test]
+fn shared_memory_and_memory_files_are_no_way_to_run_code() {
+    // Red-team finding: a shared library written to /dev/shm (or to a memfd
+    // and loaded through /proc/self/fd) put native code below every check.
+    let s = Scratch::new();
+    let code = r#"
+import os, shutil, subprocess
+shutil.copy("/bin/true", "/dev/shm/t")
+os.chmod("/dev/shm/t", 0o755)
+try:
+    subprocess.run(["/dev/shm/t"], check=True)
+    print("SHM-RAN")
+except OSError as e:
+    print("SHM-NOEXEC", e.errno)
+fd = os.memfd_create("x")
+os.write(fd, open("/bin/true", "rb").read())
+try:
+    subprocess.run(["/proc/self/fd/%d" % fd], check=True, pass_fds=(fd,))
+    print("MEMFD-RAN")
+except OSError as e:
+    print("MEMFD-NOEXEC", e.errno)
+"#;
+    let mut cmd = s.python(code).memory_scratch(16 << 20);
+    cmd.noexec = true;
+    let r = runner().run(&cmd);
+    let out = output(&r);
+    assert!(
+        out.contains("SHM-NOEXEC") && !out.contains("SHM-RAN"),
+        "{out}"
+    );
+    // memfd_noexec is set in the run's PID namespace (kernel 6.3 and later,
+    // as root on the host): a memory file cannot be run. (It can still be
+    // mapped executable: the grader's audit hook refuses extension modules
+    // loaded from outside the environment, so Python cannot load it.)
+    assert!(
+        out.contains("MEMFD-NOEXEC") && !out.contains("MEMFD-RAN"),
+        "{out}"
+    );
+}
+
+#[test]
 fn masked_host_files_read_as_empty() {
     let s = Scratch::new();
     let r = runner()

@@ -389,6 +389,12 @@ fn check_results(name: &str, spec: &Value, out: &Path, run: &Measured, problems:
     for r in &records {
         let who = r["model_name_or_path"].as_str().unwrap_or("?");
         let allow = spec["per_model"].get(who).unwrap_or(&spec["allow"]);
+        if let Some(want) = spec["detail_contains"].as_str() {
+            let detail = r["detail"].as_str().unwrap_or("");
+            if !detail.contains(want) {
+                problems.push(format!("{name}: detail {detail:?} lacks {want:?}"));
+            }
+        }
         if !allowed(r, allow) {
             problems.push(format!(
                 "{name}/{}: {} {:.3} not in {allow} ({})",

@@ -405,6 +405,7 @@ fn binary_body(
             return Ok(i);
         };
         let head = header.trim_end_matches(['\n', '\r']);
+        let is_delta = head.starts_with("delta ");
         let size = head
             .strip_prefix("literal ")
             .or_else(|| head.strip_prefix("delta "))
@@ -435,7 +436,10 @@ fn binary_body(
             ));
         }
         section.raw.push_str(lines[i]);
+        let block_line = i + 1;
         i += 1;
+        // The start of a delta's compressed data, enough for its header.
+        let mut delta_start: Vec<u8> = Vec::new();
         // base85 lines: a length character (A-Z, a-z) then 5-character groups.
         while let Some(line) = lines.get(i) {
             let body = line.trim_end_matches(['\n', '\r']);
@@ -453,8 +457,44 @@ fn binary_body(
             if !well_formed {
                 return Err(error(i + 1, "text after a binary section".into()));
             }
+            if is_delta && delta_start.len() < DELTA_HEADER_INPUT {
+                match base85_line(body) {
+                    Some(bytes) => delta_start.extend_from_slice(&bytes),
+                    None => return Err(error(i + 1, "a binary line that is not base85".into())),
+                }
+            }
             section.raw.push_str(line);
             i += 1;
+        }
+        if is_delta {
+            // A delta's declared size is that of its instructions; the file it
+            // makes has the size its own header gives, and that is what git
+            // writes. It counts against the same bounds as a literal.
+            let Some(result) = delta_result_size(&delta_start) else {
+                return Err(error(
+                    block_line,
+                    "a binary delta without a readable header".into(),
+                ));
+            };
+            if result > limits.max_binary_bytes {
+                return Err(error(
+                    block_line,
+                    format!(
+                        "a binary delta makes a file of {result} bytes, over the limit of {}",
+                        limits.max_binary_bytes
+                    ),
+                ));
+            }
+            *total += result;
+            if *total > limits.max_total_binary_bytes {
+                return Err(error(
+                    block_line,
+                    format!(
+                        "the binary sections make {} bytes in all, over the limit of {}",
+                        *total, limits.max_total_binary_bytes
+                    ),
+                ));
+            }
         }
     }
     // Nothing but blank lines may follow before the next section.
@@ -469,6 +509,80 @@ fn binary_body(
         i += 1;
     }
     Ok(i)
+}
+
+/// Compressed bytes read from a delta to find its header: zlib's two header
+/// bytes and a deflate block start hold the two varints many times over.
+const DELTA_HEADER_INPUT: usize = 4096;
+
+/// Decodes one line of git's base85: a length character (`A`-`Z` for 1-26
+/// bytes, `a`-`z` for 27-52) and groups of five characters, four bytes each.
+fn base85_line(line: &str) -> Option<Vec<u8>> {
+    const ALPHABET: &[u8; 85] =
+        b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~";
+    let bytes = line.as_bytes();
+    let len = match *bytes.first()? {
+        c @ b'A'..=b'Z' => (c - b'A' + 1) as usize,
+        c @ b'a'..=b'z' => (c - b'a' + 27) as usize,
+        _ => return None,
+    };
+    let mut out = Vec::with_capacity(len + 4);
+    for group in bytes[1..].chunks(5) {
+        if group.len() != 5 {
+            return None;
+        }
+        let mut value: u64 = 0;
+        for c in group {
+            let digit = ALPHABET.iter().position(|a| a == c)? as u64;
+            value = value * 85 + digit;
+        }
+        let value = u32::try_from(value).ok()?;
+        out.extend_from_slice(&value.to_be_bytes());
+    }
+    if out.len() < len {
+        return None;
+    }
+    out.truncate(len);
+    Some(out)
+}
+
+/// The size of the file a git binary delta makes: the second of the two
+/// little-endian base-128 numbers that open its (zlib-compressed) data.
+fn delta_result_size(compressed: &[u8]) -> Option<u64> {
+    use miniz_oxide::inflate::core::{decompress, inflate_flags, DecompressorOxide};
+    use miniz_oxide::inflate::TINFLStatus;
+    let mut state = DecompressorOxide::new();
+    let mut out = [0u8; 32];
+    // Only the start of the data was read: more input may follow.
+    let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
+        | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF
+        | inflate_flags::TINFL_FLAG_HAS_MORE_INPUT;
+    let (status, _, written) = decompress(&mut state, compressed, &mut out, 0, flags);
+    if !matches!(
+        status,
+        TINFLStatus::Done | TINFLStatus::HasMoreOutput | TINFLStatus::NeedsMoreInput
+    ) {
+        return None;
+    }
+    let header = &out[..written];
+    let mut numbers = [0u64; 2];
+    let mut at = 0;
+    for number in &mut numbers {
+        let mut shift = 0;
+        loop {
+            let byte = *header.get(at)?;
+            at += 1;
+            *number |= u64::from(byte & 0x7f).checked_shl(shift)?;
+            if byte & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+            if shift > 63 {
+                return None;
+            }
+        }
+    }
+    Some(numbers[1])
 }
 
 /// Parses a unified diff, holding it to `limits`.
@@ -922,6 +1036,138 @@ mod tests {
         let p = "diff --git a/src/z.bin b/src/z.bin\nnew file mode 100644\nGIT binary patch\nliteral 1073741824\nKcmZQzWC8#H2LJ>B\n\n";
         let err = parse_patch(p).unwrap_err();
         assert!(err.reason.contains("over the limit"), "{err}");
+    }
+
+    /// git's base85, for building binary sections in tests.
+    fn base85_lines(data: &[u8]) -> String {
+        const ALPHABET: &[u8; 85] =
+            b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~";
+        let mut out = String::new();
+        for chunk in data.chunks(52) {
+            let len = chunk.len() as u8;
+            out.push(if len <= 26 {
+                (b'A' + len - 1) as char
+            } else {
+                (b'a' + len - 27) as char
+            });
+            for word in chunk.chunks(4) {
+                let mut padded = [0u8; 4];
+                padded[..word.len()].copy_from_slice(word);
+                let mut n = u32::from_be_bytes(padded) as u64;
+                let mut group = [0u8; 5];
+                for slot in group.iter_mut().rev() {
+                    *slot = ALPHABET[(n % 85) as usize];
+                    n /= 85;
+                }
+                out.push_str(std::str::from_utf8(&group).unwrap());
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    fn varint(mut n: u64, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    /// A copy of `src/a.py` made by a delta that repeats its whole base
+    /// `times` times.
+    fn delta_patch(base_len: u64, times: u64) -> String {
+        let mut delta = Vec::new();
+        varint(base_len, &mut delta);
+        varint(base_len * times, &mut delta);
+        for _ in 0..times {
+            delta.extend_from_slice(&[0x80 | 0x10 | 0x20, base_len as u8, (base_len >> 8) as u8]);
+        }
+        let z = miniz_oxide::deflate::compress_to_vec_zlib(&delta, 9);
+        format!(
+            "diff --git a/src/a.py b/src/big.py\nsimilarity index 0%\ncopy from src/a.py\ncopy to src/big.py\nGIT binary patch\ndelta {}\n{}\n",
+            delta.len(),
+            base85_lines(&z)
+        )
+    }
+
+    #[test]
+    fn a_binary_delta_counts_the_file_it_makes_not_its_own_size() {
+        // Red-team finding: a 4 KB patch of deltas that each repeat a 3 KB
+        // file 80,000 times made git write 2 GiB.
+        assert_eq!(base85_line("zcmZQzWC8#H2LJ>B").map(|b| b.len()), None);
+        let small = delta_patch(3000, 10);
+        let set = parse_patch(&small).unwrap();
+        assert!(set.files[0].binary);
+        let bomb = delta_patch(3000, 80_000);
+        assert!(bomb.len() < 2_000, "{}", bomb.len());
+        let err = parse_patch(&bomb).unwrap_err();
+        assert!(
+            err.reason.contains("makes a file of 240000000 bytes"),
+            "{err}"
+        );
+        // Under the per-file bound, many of them still meet the total bound.
+        let many: String = (0..8).map(|_| delta_patch(3000, 5_000)).collect();
+        let err = parse_patch(&many).unwrap_err();
+        assert!(err.reason.contains("in all"), "{err}");
+        // A delta whose data does not start with a header is refused.
+        let broken = "diff --git a/src/a.py b/src/b.py\ncopy from src/a.py\ncopy to src/b.py\nGIT binary patch\ndelta 5\nAAAAAA\n\n";
+        assert!(parse_patch(broken).is_err());
+    }
+
+    #[test]
+    fn git_s_own_binary_deltas_parse_with_their_result_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "core.hooksPath=/dev/null",
+                ])
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        git(&["init", "-q"]);
+        let base: Vec<u8> = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        std::fs::write(dir.path().join("blob.bin"), &base).unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-qm", "base"]);
+        let mut changed = base.clone();
+        changed[1000] ^= 0xff;
+        changed.extend_from_slice(&base[..50_000]);
+        std::fs::write(dir.path().join("blob.bin"), &changed).unwrap();
+        let patch = String::from_utf8(git(&["diff", "--binary"])).unwrap();
+        assert!(patch.contains("\ndelta "), "{patch}");
+        let set = parse_patch(&patch).unwrap();
+        assert!(set.files[0].binary);
+        let tight = PatchLimits {
+            max_binary_bytes: changed.len() as u64 - 1,
+            ..PatchLimits::default()
+        };
+        let err = parse_patch_with(&patch, &tight).unwrap_err();
+        assert!(
+            err.reason
+                .contains(&format!("makes a file of {} bytes", changed.len())),
+            "{err}"
+        );
     }
 
     #[test]

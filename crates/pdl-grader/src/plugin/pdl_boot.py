@@ -161,7 +161,16 @@ _REFUSED_EVENTS = (
 )
 _WATCHED_EVENTS = frozenset(
     _REFUSED_EVENTS
-    + ("object.__getattr__", "object.__setattr__", "code.__new__", "compile", "open", "marshal.load", "marshal.loads")
+    + (
+        "object.__getattr__",
+        "object.__setattr__",
+        "code.__new__",
+        "compile",
+        "open",
+        "marshal.load",
+        "marshal.loads",
+        "import",
+    )
 )
 # Attributes that lead to a generator's or coroutine's frame.
 _FRAME_ATTRIBUTES = ("gi_frame", "cr_frame", "ag_frame")
@@ -190,6 +199,7 @@ def _baseline():
         types.GetSetDescriptorType,
         types.MemberDescriptorType,
     )
+    scalars = (int, float, str, bool, bytes)
     mutable = {}
     for dotted in _MUTABLE_GLOBALS:
         module_name, _, global_name = dotted.rpartition(".")
@@ -215,7 +225,9 @@ def _baseline():
                 seen.add(id(v))
                 classes.append(v)
                 proxy = v.__dict__
-                ckeys = tuple([k for k, cv in proxy.items() if isinstance(cv, kinds)])
+                # A class's scalar settings too (approx's default tolerances):
+                # pytest never changes them while it runs.
+                ckeys = tuple([k for k, cv in proxy.items() if isinstance(cv, kinds) or type(cv) in scalars])
                 cvalues = tuple([proxy[k] for k in ckeys])
                 label = name + "." + v.__qualname__
                 entries.append(
@@ -315,8 +327,15 @@ def _auditor():
         frame_names,
         length,
         bytes_type,
+        foreign_event,
+        native_dirs,
+        exec_event,
+        rewrite_exec,
+        test_modules,
+        module_type,
     ) = yield
     compiled = {}
+    executed = {}
     aborted = False
     verdict = None
     surgery = ("__code__",)
@@ -336,6 +355,25 @@ def _auditor():
         # membership only for exact strs.
         if type_(name) is not str_type or type_(args) is not tuple_type:
             reason = "a malformed audit event"
+        elif name is exec_event:
+            # A test file's module code is executed once, by pytest's loader,
+            # into the module it imports: that module (and its code) is the
+            # only one the guardian accepts tests from.
+            code, frame = args
+            path = code.co_filename
+            count = executed.get(path, 0) + 1
+            executed[path] = count
+            if count > 1:
+                reason = "a test file executed twice"
+            elif frame.f_code is rewrite_exec:
+                module = frame.f_locals.get("module")
+                if type_(module) is module_type:
+                    test_modules[path] = (module, code)
+        elif name is foreign_event:
+            # The audit hook saw code of the run reach for frames while the
+            # guardian was running: a finalizer, a signal handler or a weak
+            # reference callback that ran inside it.
+            reason = "code of the run inside the grader's checks"
         elif name in refused:
             reason = name
         elif name == "object.__getattr__":
@@ -371,8 +409,20 @@ def _auditor():
                 compiled[filename] = n
                 if n > 1:
                     reason = "a test file compiled twice"
+        elif name == "import":
+            # An extension module is loaded from a file only through this
+            # event; its path must lie in the environment or the interpreter's
+            # own folders (read-only, so no link of the run's making is there).
+            path = args[1] if length(args) > 1 else None
+            if path is not None:
+                if type_(path) is not str_type:
+                    reason = "a module loaded from a path of the wrong type"
+                elif not path.startswith(native_dirs) or "/../" in path or "/./" in path or "//" in path:
+                    reason = "native code loaded from outside the environment (" + path[:60] + ")"
         elif name == "open":
             path = args[0] if length(args) > 0 else None
+            if type_(path) is bytes_type:
+                path = path.decode("utf-8", "surrogateescape")
             if type_(path) is str_type and (path.startswith("/proc/") or path.startswith("/dev/fd")):
                 if (
                     path.startswith("/dev/fd")
@@ -456,6 +506,9 @@ def _guardian():
         main_ident,
         get_ident,
         legacy_codes,
+        permit,
+        test_modules,
+        code_type,
     ) = builtins_
     (
         report_class,
@@ -614,34 +667,37 @@ def _guardian():
         return value[:120] if type_(value) is str_type else "?"
 
     def sign(payloads):
-        # From here to the vault's last answer: no collection, and no foreign
-        # signal handler that could run while the vault's frame is live.
+        # Called only inside a tick, where no collection runs and no foreign
+        # signal handler can (see the loop at the end).
         if get_ident() != main_ident:
             abort("an event signed from another thread")
             return None
         messages = [payload.encode("ascii") for payload in payloads]
-        was_enabled = gc_isenabled()
-        gc_disable()
-        restore = []
+        digests = tuple_type(sha256(data).digest() for data in messages)
+        # The vault reads its caller's frame: the audit hook lets that one
+        # frame read through while the guardian runs.
+        permit[0] = True
         try:
-            # The common case, in C: every handler is the one found at start.
-            if not all_(map_(is_, map_(getsignal, signal_numbers), signal_originals)):
-                for signum in signal_numbers:
-                    current = getsignal(signum)
-                    if current is not handlers[signum]:
-                        restore.append((signum, current))
-                        setsignal(signum, sig_ign)
-            macs = vault_send(tuple_type(sha256(data).digest() for data in messages))
-            if length(macs) != length(messages):
-                abort("the signing key is spoiled")
-                return None
-            lines = [data + b"\t" + mac.hex().encode("ascii") + b"\n" for data, mac in zip_(messages, macs)]
+            macs = vault_send(digests)
         finally:
-            for signum, current in restore:
-                setsignal(signum, current)
-            if was_enabled:
-                gc_enable()
-        return lines
+            permit[0] = False
+        if length(macs) != length(messages):
+            abort("the signing key is spoiled")
+            return None
+        return [data + b"\t" + mac.hex().encode("ascii") + b"\n" for data, mac in zip_(messages, macs)]
+
+    def quiet_signals():
+        # Foreign signal handlers are set to "ignore" for the tick (a pending
+        # one is then skipped), so that none runs inside the guardian. The
+        # common case, in C: every handler is the one found at start.
+        restore = []
+        if not all_(map_(is_, map_(getsignal, signal_numbers), signal_originals)):
+            for signum in signal_numbers:
+                current = getsignal(signum)
+                if current is not handlers[signum]:
+                    restore.append((signum, current))
+                    setsignal(signum, sig_ign)
+        return restore
 
     def emit(payload, hold):
         # Lines of a running test are held and signed and written with its end,
@@ -884,6 +940,32 @@ def _guardian():
                 return abort("a test function changed: " + label(item._nodeid))
         return True
 
+    nested_codes = {}
+
+    def from_its_module(path, module, obj):
+        # The module pytest's loader executed the test file into, the test
+        # function made by that execution: its globals are that module's and
+        # its code is part of the file's code.
+        genuine = test_modules.get(path)
+        if genuine is None or genuine[0] is not module or obj.__globals__ is not fields(module):
+            return False
+        codes = nested_codes.get(path)
+        if codes is None:
+            codes = []
+            stack = [genuine[1]]
+            while stack:
+                code = stack.pop()
+                codes.append(code)
+                for const in code.co_consts:
+                    if type_(const) is code_type:
+                        stack.append(const)
+            nested_codes[path] = codes
+        target = obj.__code__
+        for code in codes:
+            if code is target:
+                return True
+        return False
+
     def module_of(item):
         # The test module object, by walking the parents pytest made.
         node = item.parent
@@ -920,7 +1002,11 @@ def _guardian():
         if type_(tick) is not str_type:
             return abort("a tick of the wrong type")
         # The frame that ticked: below handle() and the guardian's own frame.
-        frame = getframe(2)
+        permit[0] = True
+        try:
+            frame = getframe(2)
+        finally:
+            permit[0] = False
         if tick == "start" or tick == "compile_error" or tick == "finish":
             if frame.f_code not in boot_codes:
                 return abort("a boot event from elsewhere: " + tick)
@@ -1057,6 +1143,8 @@ def _guardian():
                     or obj.__code__.co_name != original
                 ):
                     return abort("a test function not from its file: " + label(nodeid))
+                if not from_its_module(path, module, obj):
+                    return abort("a test function not from the module pytest imported: " + label(nodeid))
                 objects.append((item, obj, obj.__code__))
                 modules[path] = module
             items = tuple_type(found)
@@ -1108,7 +1196,9 @@ def _guardian():
                 return abort("a phase ran twice: " + when)
             if when == "call" and not identity("report"):
                 return
-            observed[when] = args.get("raised")
+            # Whether it raised, never the exception itself: the guardian holds
+            # no object of the run whose release could run its code here.
+            observed[when] = args.get("raised") is not None
             return
         if tick == "before_pyfunc":
             # The last moment before pytest reads the test function and calls
@@ -1119,9 +1209,24 @@ def _guardian():
                 return abort("a test body out of order")
             if args.get("pyfuncitem") is not item:
                 return abort("a test body for another item")
+            testargs = args.get("testargs")
+            if (
+                args.get("testfunction") is not fields(item).get("_obj")
+                or type_(testargs) is not dict_type
+                or not str_keyed(testargs)
+            ):
+                return abort("a test body that is not the collected test")
             if not identity("test") or not tests_ok(index) or not plugins_ok():
                 return
             observed["pyfunc"] = True
+            return
+        if tick == "end_pyfunc":
+            # The body returned: its module and item are as they were.
+            if "pyfunc" not in observed or "pyfunc_done" in observed or args.get("pyfuncitem") is not item:
+                return abort("a test body out of order")
+            if not tests_ok(index):
+                return
+            observed["pyfunc_done"] = True
             return
         if tick == "logreport":
             report = args.get("report")
@@ -1138,9 +1243,9 @@ def _guardian():
                 return abort("a report of the wrong type")
             if rwhen != when or rid != nodeid or outcome not in ("passed", "failed", "skipped"):
                 return abort("a report for another phase")
-            if outcome == "passed" and observed[when] is not None:
+            if outcome == "passed" and observed[when]:
                 return abort("a failing " + when + " reported as passed")
-            if when == "call" and outcome == "passed" and "pyfunc" not in observed:
+            if when == "call" and outcome == "passed" and "pyfunc_done" not in observed:
                 return abort("a call reported as passed that never ran the test function")
             xfail = 1 if "wasxfail" in d else 0
             emit(
@@ -1165,10 +1270,23 @@ def _guardian():
         reply = None
         if aborted:
             continue
+        # No code of the run may execute inside a tick: the collector (whose
+        # finalizers and callbacks run wherever it starts) is off, and foreign
+        # signal handlers are set aside, until the tick is over. The audit
+        # hook refuses any frame reached while the guardian runs.
+        was_enabled = gc_isenabled()
+        gc_disable()
+        restore = ()
         try:
+            restore = quiet_signals()
             handle(tick)
         except exception_type as exc:
             abort("the grader's checks failed on " + label(tick) + ": " + type_(exc).__name__)
+        finally:
+            for signum, current in restore:
+                setsignal(signum, current)
+            if was_enabled:
+                gc_enable()
 
 
 def _main():
@@ -1198,6 +1316,7 @@ def _main():
     import threading
     import types
 
+    import _pytest.assertion.rewrite
     import _pytest.config
     import _pytest.main
     import _pytest.python
@@ -1232,10 +1351,23 @@ def _main():
         "logreport": frozenset((call_and_report,)),
         "before_call": hook_lambdas,
         "before_pyfunc": frozenset((_pytest.python.Function.runtest.__code__,)),
+        "end_pyfunc": frozenset((_pytest.python.Function.runtest.__code__,)),
         "after_setup": hook_lambdas,
         "after_call": hook_lambdas,
         "after_teardown": hook_lambdas,
     }
+
+    import warnings
+
+    getattr_ = getattr
+    hasattr_ = hasattr
+    type_ = type
+    code_type = types.CodeType
+    # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
+    async_flags = 0x80 | 0x100 | 0x200
+    async_warn_and_skip = _pytest.python.async_warn_and_skip
+    warn = warnings.warn
+    return_not_none = pytest.PytestReturnNotNoneWarning
 
     class Plugin:
         """The grader's pytest plugin. Its hooks only tick the guardian, which
@@ -1303,10 +1435,31 @@ def _main():
             finally:
                 self._tick("after_teardown")
 
-        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        @pytest.hookimpl(tryfirst=True)
         def pytest_pyfunc_call(self, pyfuncitem):
+            # pytest's own call, with the guardian's checks right before the
+            # body and right after it: no other code (pytest's helpers, the
+            # standard library) runs between a check and the test.
+            testfunction = pyfuncitem.obj
+            code = getattr_(testfunction, "__code__", None)
+            if type_(code) is not code_type or code.co_flags & async_flags:
+                # pytest's implementation skips coroutines with its warning.
+                return None
+            funcargs = pyfuncitem.funcargs
+            testargs = {arg: funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
             self._tick("before_pyfunc")
-            return (yield)
+            result = testfunction(**testargs)
+            self._tick("end_pyfunc")
+            if hasattr_(result, "__await__") or hasattr_(result, "__aiter__"):
+                async_warn_and_skip(pyfuncitem.nodeid)
+            elif result is not None:
+                warn(
+                    return_not_none(
+                        "Expected None, but %s returned %r, which will be an error in a future version of"
+                        " pytest.  Did you mean to use `assert` instead of `return`?" % (pyfuncitem.nodeid, result)
+                    )
+                )
+            return True
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_logreport(self, report):
@@ -1319,6 +1472,13 @@ def _main():
     our_codes = set()
     _codes_of(Plugin, our_codes)
 
+    # Set by the guardian around its own frame reads (and the vault's): any
+    # other frame reached while the guardian runs is code of the run inside it.
+    permit = [False]
+    foreign_event = "pdl-swe: frame reached inside the grader"
+    exec_event = "pdl-swe: a test file executed"
+    # Test file path -> (the module pytest's loader executed it into, its code).
+    test_modules = {}
     vault = _vault()
     next(vault)
     guardian = _guardian()
@@ -1340,6 +1500,19 @@ def _main():
             _FRAME_ATTRIBUTES,
             len,
             bytes,
+            foreign_event,
+            tuple(
+                sorted(
+                    {
+                        os.path.join(os.path.normpath(d), "")
+                        for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+                    }
+                )
+            ),
+            exec_event,
+            _pytest.assertion.rewrite.AssertionRewritingHook.exec_module.__code__,
+            test_modules,
+            types.ModuleType,
         )
     )
     guardian.send(
@@ -1419,6 +1592,9 @@ def _main():
                 threading.main_thread().ident,
                 threading.get_ident,
                 frozenset(_module_codes(sys.modules["_pytest.legacypath"])),
+                permit,
+                test_modules,
+                types.CodeType,
             ),
         )
     )
@@ -1449,9 +1625,42 @@ def _main():
         _len=len,
         _busy=ValueError,
         _refusal=RuntimeError,
+        _guardian=guardian,
+        _auditor=auditor,
+        _permit=permit,
+        _foreign=(foreign_event, ()),
+        _exec=exec_event,
+        _code=types.CodeType,
+        _tests=test_files,
+        _getframe=sys._getframe,
     ):
         # Every name used here is bound at definition: a builtin rebound later
         # never runs in the hook.
+        # While the guardian runs, only its own frame reads (and the vault's)
+        # are expected; a frame reached by anything else is code of the run
+        # that got to execute inside it (a finalizer, a callback), and could
+        # reach the guardian's state through ``f_back``. The auditor reads no
+        # frame, so one reached while it runs is foreign too.
+        if event == "sys._getframe" or (
+            event == "object.__getattr__"
+            and _len(args) > 1
+            and _type(args[1]) is _str
+            and (args[1] == "tb_frame" or args[1] in _frames)
+        ):
+            if _auditor.gi_running:
+                raise _refusal("refused by the grader: a frame reached inside the grader")
+            if _guardian.gi_running and not _permit[0]:
+                _send(_foreign)
+                raise _refusal("refused by the grader: a frame reached inside the grader")
+        if event == "exec":
+            # The code of a test file about to run: the auditor records into
+            # which module (the frame that executes it tells).
+            code = args[0] if _len(args) > 0 else None
+            if _type(code) is _code and _type(code.co_filename) is _str and code.co_filename in _tests:
+                reason = _send((_exec, (code, _getframe(1))))
+                if reason is not None:
+                    raise _refusal("refused by the grader: " + reason)
+            return
         # Most events are none of the auditor's business (pytest's and the
         # guardian's own frame and code reads above all): leave them here, in
         # as few steps as possible. ``event`` is always an exact str built by

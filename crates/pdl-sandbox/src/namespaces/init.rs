@@ -285,11 +285,16 @@ fn build_root(spec: &InitSpec) -> Result<(), String> {
     }
     let shm = dev.join("shm");
     std::fs::create_dir_all(&shm).map_err(|e| format!("mkdir /dev/shm: {e}"))?;
+    // Shared memory is as writable as /tmp: no more executable than it.
+    let mut shm_flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if cmd.noexec {
+        shm_flags |= libc::MS_NOEXEC;
+    }
     mount(
         Some(Path::new("tmpfs")),
         &shm,
         Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
+        shm_flags,
         Some("mode=1777,size=64m"),
     )?;
     let proc_dir = root.join("proc");
@@ -455,6 +460,14 @@ fn namespace_init(spec: InitSpec, sync_read: OwnedFd) -> ! {
     }
     if let Err(e) = loopback_up() {
         fail(e);
+    }
+    if spec.command.noexec {
+        // No memory file the command makes can be executed either (a shared
+        // library written to a memfd and loaded through /proc/self/fd). The
+        // setting belongs to this PID namespace and can only be raised; a
+        // kernel without it (before 6.3) or an unprivileged host leaves
+        // memfds as they were, and the noexec mounts still hold.
+        let _ = write_file("/proc/sys/vm/memfd_noexec", "2");
     }
     let host = CString::new("pdl-sandbox").expect("static");
     // SAFETY: a valid buffer and length.
