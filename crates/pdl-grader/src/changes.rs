@@ -373,20 +373,23 @@ pub fn build_graded_tree(
     hidden: &[RepoFile],
 ) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir(dir)?;
+    // Every file is created new, relative to the folder's descriptor, one
+    // plain component at a time and never through a link (`pdl_fs::Dir`);
+    // a path that is not a safe repository path is refused before any call.
+    let root = pdl_fs::Dir::open(dir)?;
     let write = |path: &str, bytes: &[u8], executable: bool| -> std::io::Result<()> {
-        let target = dir.join(path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
+        pdl_task::safe::check_repo_path(path).map_err(|why| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: unsafe path: {why}", dir.join(path).display()),
+            )
+        })?;
+        let mut file = root.open_file(Path::new(path), pdl_fs::OpenMode::CreateNew)?;
+        if executable {
+            file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if executable { 0o755 } else { 0o644 })
-            .custom_flags(libc_nofollow())
-            .open(&target)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", target.display())))?;
         file.write_all(bytes)
     };
     for file in pristine {
@@ -410,12 +413,6 @@ pub fn build_graded_tree(
         write(&file.path, file.content.as_bytes(), false)?;
     }
     Ok(())
-}
-
-fn libc_nofollow() -> i32 {
-    // O_NOFOLLOW: the harness made every folder on the way; the flag keeps it
-    // that way even if something raced it.
-    libc::O_NOFOLLOW
 }
 
 #[cfg(test)]
