@@ -121,15 +121,59 @@ fn run_git(cmd: &mut Command, what: &str) -> std::io::Result<Vec<u8>> {
 
 /// Writes the task's files into `dir` and makes it a git repository with one base
 /// commit, so `git diff` works for the agent.
+///
+/// This git runs on the host, so nothing of the dataset may configure it: the
+/// loader refuses any `files` path with a `.git` component, the files are
+/// written beneath `dir` without following a link, and the workspace must
+/// hold no `.git` before `git init` makes a fresh one (with no templates). Git
+/// then reads no configuration but its own fresh repository's and the
+/// harness's `-c` overrides (no system or global file, no attributes file, no
+/// hooks, no fsmonitor, no ceiling-crossing discovery). A `.gitattributes` in
+/// the files can still name a filter, diff or merge driver, but a driver runs
+/// only when configuration defines it, and none does.
 pub fn prepare_workspace(files: &[RepoFile], dir: &Path) -> std::io::Result<()> {
     pdl_grader::workspace::materialize(files, dir)?;
-    run_git(git(dir).args(["init", "-q", "-b", "main"]), "init")?;
-    run_git(git(dir).args(["add", "-A", "-f"]), "add")?;
+    let root = pdl_fs::Dir::open(dir)?;
+    if root.entry(Path::new(".git"))?.is_some() {
+        return Err(std::io::Error::other(format!(
+            "{}: the task's files hold a `.git`; a workspace's repository is the harness's own",
+            dir.join(".git").display()
+        )));
+    }
     run_git(
-        git(dir).args(["commit", "-q", "--no-verify", "-m", "base"]),
+        git(dir).args(["init", "-q", "--template=", "-b", "main"]),
+        "init",
+    )?;
+    run_git(workspace_git(dir).args(["add", "-A", "-f"]), "add")?;
+    run_git(
+        workspace_git(dir).args(["commit", "-q", "--no-verify", "-m", "base"]),
         "commit",
     )?;
     Ok(())
+}
+
+/// [`git`] pinned to the workspace's own fresh repository (never one found by
+/// discovery), with every driver and hook switched off that configuration
+/// could turn on.
+fn workspace_git(dir: &Path) -> Command {
+    let mut cmd = git(dir);
+    cmd.env("GIT_DIR", dir.join(".git"))
+        .env("GIT_WORK_TREE", dir)
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.attributesFile=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.untrackedCache=false",
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "submodule.recurse=false",
+        ]);
+    cmd
 }
 
 /// The agent's graded changes as a unified diff against the pristine files:
