@@ -35,6 +35,7 @@ pub mod load;
 pub mod render;
 pub mod report;
 pub mod stats;
+pub mod terminal;
 #[cfg(test)]
 mod testutil;
 
@@ -49,3 +50,4 @@ pub use report::{
     OverallGroup, RecordCounts, RunReport, Stats, TaskCalibration, TaskGroup, TaskInfo, TierGroup,
 };
 pub use stats::Interval;
+pub use terminal::terminal_safe;
