@@ -428,6 +428,27 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn the_graded_tree_is_written_beneath_its_folder_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let traversal = format!("tests/hidden/{}outside.txt", "../".repeat(3));
+        for (i, bad) in [
+            traversal.as_str(),
+            "/tmp/pdl-abs.txt",
+            ".git/config",
+            "tests/hidden/a\u{1b}b.py",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let dir = tmp.path().join(format!("graded{i}"));
+            let hidden = files(&[(bad, "x")]);
+            let err = build_graded_tree(&dir, &[], &BTreeMap::new(), &hidden).unwrap_err();
+            assert!(err.to_string().contains("unsafe path"), "{bad}: {err}");
+        }
+        assert!(!tmp.path().join("outside.txt").exists());
+    }
+
     fn policy() -> PatchPolicy {
         PatchPolicy::new(
             &["src/**".to_string(), "conftest.py".to_string()],

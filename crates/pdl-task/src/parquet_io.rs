@@ -244,6 +244,13 @@ fn check_row_group(rg: &RowGroupMetaData, file_len: u64) -> Result<(), String> {
                 "column chunk {i} (`{name}`) has a negative offset or size"
             ));
         };
+        let data_start = u64::try_from(col.data_page_offset()).unwrap_or(u64::MAX);
+        if data_start >= file_len {
+            return Err(format!(
+                "column chunk {i} (`{name}`) has its data page offset {} outside the file",
+                col.data_page_offset()
+            ));
+        }
         if start.checked_add(len).is_none_or(|end| end > file_len) {
             return Err(format!(
                 "column chunk {i} (`{name}`) lies outside the file ({len} bytes at offset {start} of {file_len})"

@@ -136,7 +136,7 @@ pub fn prepare_workspace(files: &[RepoFile], dir: &Path) -> std::io::Result<()> 
     let root = pdl_fs::Dir::open(dir)?;
     if root.entry(Path::new(".git"))?.is_some() {
         return Err(std::io::Error::other(format!(
-            "{}: the task's files hold a `.git`; a workspace's repository is the harness's own",
+            "{}: the workspace already holds a `.git`; its repository is made fresh by the harness",
             dir.join(".git").display()
         )));
     }
@@ -373,6 +373,59 @@ pub fn run_external(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(path: &str, content: &str) -> RepoFile {
+        RepoFile {
+            path: path.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn no_dataset_configuration_reaches_the_hosts_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("filter-ran");
+        let filter = format!(
+            "[filter \"evil\"]\n\tclean = sh -c 'touch {0} && cat'\n\tsmudge = sh -c 'touch {0} && cat'\n\tprocess = sh -c 'touch {0}'\n",
+            marker.display()
+        );
+        // A `.git` anywhere in the files is refused before git runs.
+        for git_path in [".git/config", "sub/.git/config", ".GIT/info/attributes"] {
+            let ws = dir
+                .path()
+                .join(format!("ws-{}", git_path.replace('/', "_")));
+            let files = vec![file(git_path, &filter), file("src/a.py", "a = 1\n")];
+            let err = prepare_workspace(&files, &ws).unwrap_err();
+            assert!(err.to_string().contains("unsafe path"), "{git_path}: {err}");
+            assert!(!ws.join(".git").exists() || git_path.starts_with(".GIT"));
+        }
+        // Attributes that name drivers find no configuration defining them,
+        // even with the configuration text in a tracked file.
+        let ws = dir.path().join("ws-attributes");
+        let files = vec![
+            file(".gitattributes", "* filter=evil diff=evil merge=evil\n"),
+            file("gitconf", &filter),
+            file("src/a.py", "a = 1\n"),
+        ];
+        prepare_workspace(&files, &ws).unwrap();
+        assert!(!marker.exists(), "a dataset's filter ran on the host");
+        let tracked = std::process::Command::new("git")
+            .args(["ls-files"])
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&tracked.stdout),
+            ".gitattributes\ngitconf\nsrc/a.py\n"
+        );
+        // A workspace that already holds a `.git` is refused.
+        let ws = dir.path().join("ws-existing");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/config"), &filter).unwrap();
+        let err = prepare_workspace(&[file("src/a.py", "a = 1\n")], &ws).unwrap_err();
+        assert!(err.to_string().contains("holds a `.git`"), "{err}");
+        assert!(!marker.exists());
+    }
 
     #[test]
     fn the_final_patch_is_computed_outside_the_agents_repository() {
