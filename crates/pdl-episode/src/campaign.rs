@@ -16,9 +16,19 @@
 //! record says `harness_error` are run again; the new record keeps the earlier
 //! outcomes in `episode.previous_outcomes` (and `episode.rerun_of`).
 //!
+//! The token budget belongs to an episode slot (its key), not to one attempt:
+//! the gateway appends the slot's spend to `ledger/` as calls are reserved and
+//! settled, and an attempt starts from what the earlier ones spent (a harness
+//! error, or a harness killed in the middle of an episode, buys no fresh
+//! budget). Every episode record carries the slot's tokens, harness errors
+//! included.
+//!
 //! Every file under `RUN_DIR` is opened through [`pdl_fs::Dir`]: no symbolic
 //! link is followed and only regular files are used, so a link planted in a
-//! run folder is an error naming it, never a write elsewhere.
+//! run folder is an error naming it, never a write elsewhere. The folders that
+//! hold what agents produced are private to the harness (mode 0700), and a run
+//! folder or work folder that an agent could read (inside an `--agent-path`,
+//! or a system folder every sandbox binds) is refused ([`check_private_folders`]).
 //!
 //! ```text
 //! RUN_DIR/
@@ -27,10 +37,11 @@
 //!   trajectories/<task_id>/<episode>.jsonl every model exchange of an episode
 //!   patches/<task_id>/<episode>.diff      the episode's final patch
 //!   logs/<task_id>/<episode>.log          an external agent's own output
+//!   ledger/<task_id>/<episode>.jsonl      the slot's token spend, across attempts
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -52,7 +63,10 @@ use crate::agent::{
     base_environment, final_patch, prepare_workspace, run_external, AgentRun, EndReason,
     EpisodeLimits, ExternalAgent, GatewayRoute, TaskBrief,
 };
-use crate::{EpisodeSpec, Gateway, GatewayConfig, RequestPolicy, UpstreamConfig};
+use crate::{
+    EpisodeHandle, EpisodeSpec, Gateway, GatewayConfig, Ledger, RequestPolicy, Spent,
+    UpstreamConfig, Usage,
+};
 
 /// The port the gateway answers on inside every sandbox.
 pub const SANDBOX_GATEWAY_PORT: u16 = 4141;
@@ -135,6 +149,9 @@ pub struct CampaignSettings {
     pub allowed_provider_tools: BTreeSet<String>,
     /// Bounds on the gateway's requests and connections.
     pub gateway_limits: crate::GatewayLimits,
+    /// Bounds on each episode's own file system (its workspace, unless kept,
+    /// and the agent's scratch).
+    pub scratch: pdl_sandbox::ScratchBounds,
 }
 
 /// Progress of a campaign.
@@ -178,6 +195,131 @@ pub enum CampaignError {
     /// A file of the run folder cannot be used (a link, not a regular file, ...).
     #[error(transparent)]
     File(#[from] pdl_fs::FsError),
+    /// The run folder or the work folder is readable by agents.
+    #[error(transparent)]
+    Exposed(#[from] ExposedFolder),
+}
+
+/// Host folders every sandbox binds read-only (`pdl_sandbox`'s system
+/// folders): whatever lies inside them, every agent can read.
+pub const SANDBOX_SYSTEM_FOLDERS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+
+/// Folders of the run folder that hold what agents produced (patches,
+/// trajectories, logs, kept workspaces, ledgers): private to the harness.
+const PRIVATE_FOLDERS: &[&str] = &["trajectories", "patches", "logs", "ledger", "workspaces"];
+
+/// A folder of the harness's that agents could read: the run folder holds
+/// every episode's patch and the hidden test names, the work folder the
+/// grading trees (hidden tests included) and the other episodes' workspaces.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct ExposedFolder {
+    /// Which folder: `the run folder (--out)` or `the work folder (--work-dir)`.
+    pub folder_kind: &'static str,
+    /// The folder, resolved.
+    pub folder: PathBuf,
+    /// The path agents can read, resolved.
+    pub readable: PathBuf,
+    /// True when `readable` is one of [`SANDBOX_SYSTEM_FOLDERS`], false for an
+    /// `--agent-path`.
+    pub system: bool,
+}
+
+impl ExposedFolder {
+    fn describe(&self) -> String {
+        let (folder, readable) = (self.folder.display(), self.readable.display());
+        let kind = self.folder_kind;
+        let advice = "agents could read other episodes' patches and workspaces, hidden test \
+                      names and grading trees through it; choose a folder outside every \
+                      --agent-path and outside the system folders every sandbox reads";
+        if self.system {
+            format!("{kind} {folder} lies inside {readable}, a folder every sandbox binds read-only: {advice}")
+        } else if self.folder.starts_with(&self.readable) {
+            format!("{kind} {folder} lies inside --agent-path {readable}: {advice}")
+        } else {
+            format!("--agent-path {readable} lies inside {kind} {folder}: {advice}")
+        }
+    }
+}
+
+/// `path` made absolute and free of links where it exists: the deepest
+/// existing ancestor canonicalized, the rest appended without `.` and `..`.
+fn resolve_folder(path: &Path) -> PathBuf {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|cwd| cwd.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    };
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    let base = loop {
+        if let Ok(real) = existing.canonicalize() {
+            break real;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => break existing.to_path_buf(),
+        }
+    };
+    let mut resolved = base;
+    for part in rest.iter().rev() {
+        for c in Path::new(part).components() {
+            match c {
+                Component::ParentDir => {
+                    resolved.pop();
+                }
+                Component::Normal(name) => resolved.push(name),
+                _ => {}
+            }
+        }
+    }
+    resolved
+}
+
+/// Refuses a run folder or a work folder that an agent could read: one that
+/// lies inside an `agent_paths` entry (or holds one), or inside a folder every
+/// sandbox binds read-only ([`SANDBOX_SYSTEM_FOLDERS`]). Paths are compared
+/// after following links, component by component.
+pub fn check_private_folders(
+    run_dir: &Path,
+    work_root: Option<&Path>,
+    agent_paths: &[PathBuf],
+) -> Result<(), ExposedFolder> {
+    let readable: Vec<(PathBuf, bool)> = agent_paths
+        .iter()
+        .map(|p| (resolve_folder(p), false))
+        .chain(
+            SANDBOX_SYSTEM_FOLDERS
+                .iter()
+                .map(|p| (resolve_folder(Path::new(p)), true)),
+        )
+        .collect();
+    let folders = [
+        Some(("the run folder (--out)", run_dir)),
+        work_root.map(|w| ("the work folder (--work-dir)", w)),
+    ];
+    for (folder_kind, folder) in folders.into_iter().flatten() {
+        let folder = resolve_folder(folder);
+        for (path, system) in &readable {
+            let exposed = folder.starts_with(path) || (!system && path.starts_with(&folder));
+            if exposed {
+                return Err(ExposedFolder {
+                    folder_kind,
+                    folder,
+                    readable: path.clone(),
+                    system: *system,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a finished campaign produced.
@@ -244,7 +386,28 @@ pub fn run_campaign(
         path: run_dir.clone(),
         message,
     };
+    let agent_paths: Vec<PathBuf> = settings
+        .agents
+        .iter()
+        .filter_map(|a| match a {
+            AgentSpec::Command(agent) => Some(agent.readable.iter().cloned()),
+            AgentSpec::Builtin => None,
+        })
+        .flatten()
+        .collect();
+    check_private_folders(run_dir, Some(grader.work_root()), &agent_paths)?;
     let dir = pdl_fs::Dir::create(run_dir)?;
+    // What agents produced is the harness's alone. A folder that cannot be
+    // made private here (a link someone planted) is refused, with its path,
+    // when an episode first writes beneath it.
+    for name in PRIVATE_FOLDERS {
+        if *name == "workspaces" && !settings.keep_workspaces {
+            continue;
+        }
+        if let Ok(folder) = dir.open_dir(Path::new(name), true) {
+            let _ = folder.set_mode(0o700);
+        }
+    }
     let results_path = run_dir.join("results.jsonl");
     let mut log = RecordLog::open(&results_path).map_err(|e| dir_err(e.to_string()))?;
     for skipped in log.skipped() {
@@ -387,6 +550,11 @@ pub fn run_campaign(
         skipped,
     });
     if !jobs.is_empty() {
+        // Workspaces and agent scratch: the harness's alone.
+        let episodes_root = grader.work_root().join("episodes");
+        std::fs::create_dir_all(&episodes_root)
+            .map_err(|e| dir_err(format!("{}: {e}", episodes_root.display())))?;
+        set_mode(&episodes_root, 0o700);
         let socket_dir = std::env::temp_dir().join(format!(
             "pdl-gw-{}-{}",
             std::process::id(),
@@ -638,6 +806,7 @@ struct EpisodePaths {
     trajectory: PathBuf,
     patch: PathBuf,
     log: PathBuf,
+    ledger: PathBuf,
 }
 
 /// The most of an external agent's log kept in the run folder (its output is
@@ -667,6 +836,7 @@ impl EpisodeContext<'_> {
             trajectory: rel("trajectories", "jsonl"),
             patch: rel("patches", "diff"),
             log: rel("logs", "log"),
+            ledger: rel("ledger", "jsonl"),
         };
         let scratch = self.grader.work_root().join("episodes").join(&job.key);
         let kept = PathBuf::from("workspaces")
@@ -697,6 +867,28 @@ impl EpisodeContext<'_> {
             episode["rerun_of"] = first.clone();
             episode["previous_outcomes"] = Value::Array(job.previous.clone());
         }
+        // What earlier attempts of this slot spent comes first: whatever
+        // happens next, the record carries the slot's tokens.
+        let ledger = self
+            .dir
+            .open_file(&paths.ledger, pdl_fs::OpenMode::ReadAppend)
+            .map_err(|e| e.to_string())
+            .and_then(|file| {
+                Ledger::resume(file, self.dir.display_path(&paths.ledger))
+                    .map_err(|e| e.to_string())
+            });
+        if let Ok(ledger) = &ledger {
+            episode["ledger"] = Value::String(paths.ledger.display().to_string());
+            record_carried(&mut episode, ledger.carried());
+            let interrupted = ledger.interrupted();
+            if interrupted.total() > 0 {
+                episode["interrupted"] = json!({
+                    "tokens_in": interrupted.input_tokens,
+                    "tokens_out": interrupted.output_tokens,
+                });
+            }
+        }
+        let ledger_opened = ledger.is_ok();
         let kept_ok = if self.settings.keep_workspaces {
             self.dir
                 .open_dir(&kept, true)
@@ -705,12 +897,28 @@ impl EpisodeContext<'_> {
         } else {
             Ok(())
         };
-        let result =
-            kept_ok.and_then(|()| self.episode(job, &paths, &scratch, &workspace, &mut episode));
+        let result = kept_ok.and(ledger).and_then(|ledger| {
+            self.episode(job, &paths, &scratch, &workspace, ledger, &mut episode)
+        });
         let mut record = match result {
             Ok(record) => record,
             Err(message) => harness_error_record(task, job, &self.settings.model, message),
         };
+        // The attempt is over: its spend is carried into any later attempt
+        // of the slot (only a harness error is run again).
+        if ledger_opened {
+            let closed = self
+                .dir
+                .open_file(&paths.ledger, pdl_fs::OpenMode::ReadAppend)
+                .map_err(|e| e.to_string())
+                .and_then(|file| {
+                    Ledger::close(file, &self.dir.display_path(&paths.ledger))
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(error) = closed {
+                episode["ledger_error"] = Value::String(error);
+            }
+        }
         record.episode = Some(episode);
         if !self.settings.keep_workspaces {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -724,12 +932,31 @@ impl EpisodeContext<'_> {
         paths: &EpisodePaths,
         scratch: &Path,
         workspace: &Path,
+        ledger: Ledger,
         episode: &mut Value,
     ) -> Result<ResultRecord, String> {
         let task = job.task;
         let _ = std::fs::remove_dir_all(scratch);
         let _ = std::fs::remove_dir_all(workspace);
         std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        // The workspace and the agent's scratch get a file system of their
+        // own, so that no agent can take the inodes or bytes the harness's
+        // other folders (other episodes, grading folders) live on.
+        let _scratch_fs = match pdl_sandbox::ScratchFs::mount(scratch, self.settings.scratch) {
+            Ok(fs) => {
+                episode["scratch_fs"] = json!({
+                    "bytes": fs.bounds().bytes,
+                    "inodes": fs.bounds().inodes,
+                });
+                Some(fs)
+            }
+            Err(e) => {
+                episode["scratch_fs"] = json!({
+                    "shared": format!("no file system of its own ({e}): inodes are bounded only by the run's memory"),
+                });
+                None
+            }
+        };
         let env = self
             .grader
             .envs()
@@ -743,80 +970,25 @@ impl EpisodeContext<'_> {
             .map_err(|e| e.to_string())?;
         let handle = self
             .gateway
-            .open_episode_in(
+            .open_episode_with(
                 EpisodeSpec {
                     id: job.key.clone(),
                     token_budget: task.row.token_budget.max(0) as u64,
                     trajectory_path: self.dir.display_path(&paths.trajectory),
                 },
                 trajectory,
+                ledger,
             )
             .map_err(|e| format!("cannot open the episode at the gateway: {e}"))?;
-        let brief = TaskBrief {
-            problem_statement: task.row.problem_statement.clone(),
-            allowed: task.row.patch_policy_allowed.clone(),
-            forbidden: task.row.patch_policy_forbidden.clone(),
-            token_budget: task.row.token_budget.max(0) as u64,
-        };
-        let agent_env = base_environment(Some(&env.root.join("bin")));
-        let limits = &self.settings.limits;
-        let budget_spent = || handle.budget_exhausted();
-        let run: AgentRun = match job.agent {
-            AgentSpec::Builtin => {
-                let client = ChatClient::new(
-                    self.runtime.clone(),
-                    &self.gateway.base_url(),
-                    handle.token(),
-                    self.settings.upstream.api,
-                    self.settings.upstream.request_timeout + Duration::from_secs(30),
-                );
-                let tools = Toolbox::new(
-                    self.runner.clone(),
-                    workspace.to_path_buf(),
-                    scratch.join("shell"),
-                    agent_env,
-                    env.readable_paths.clone(),
-                    limits.shell_timeout,
-                );
-                run_builtin(
-                    &client,
-                    self.settings.upstream.api,
-                    &self.settings.model,
-                    &brief,
-                    &tools,
-                    limits,
-                    &budget_spent,
-                )
-            }
-            AgentSpec::Command(agent) => {
-                let route = GatewayRoute {
-                    port: SANDBOX_GATEWAY_PORT,
-                    socket: self.socket.clone(),
-                    token: handle.token().to_string(),
-                    model: self.settings.model.clone(),
-                    api: self.settings.upstream.api,
-                };
-                let calls = || handle.usage().calls as usize;
-                let agent_scratch = scratch.join("agent");
-                let run = run_external(
-                    agent,
-                    self.runner,
-                    workspace,
-                    &agent_scratch,
-                    agent_env,
-                    env.readable_paths.clone(),
-                    &brief,
-                    &route,
-                    limits,
-                    &budget_spent,
-                    &calls,
-                );
-                self.keep_log(&agent_scratch, &paths.log);
-                episode["log"] = Value::String(paths.log.display().to_string());
-                run?
-            }
-        };
-        let usage = handle.close();
+        let run = self.run_agent(job, paths, scratch, workspace, &env, &handle, episode);
+        // The tokens are recorded however the agent's run ended.
+        let usage = handle.end();
+        record_usage(episode, &usage);
+        if let Some(error) = handle.ledger_error() {
+            episode["ledger_error"] = Value::String(error);
+        }
+        drop(handle);
+        let run = run?;
         let end_reason = if usage.total_tokens() >= task.row.token_budget.max(0) as u64
             && run.end_reason != EndReason::Finished
         {
@@ -824,14 +996,6 @@ impl EpisodeContext<'_> {
         } else {
             run.end_reason
         };
-        episode["tokens_in"] = json!(usage.input_tokens);
-        episode["tokens_out"] = json!(usage.output_tokens);
-        episode["calls"] = json!(usage.calls);
-        episode["refused_calls"] = json!(usage.refused_calls);
-        episode["budget_refusals"] = json!(usage.budget_refusals);
-        episode["unrecorded_refusals"] = json!(usage.unrecorded_refusals);
-        episode["abandoned_calls"] = json!(usage.abandoned_calls);
-        episode["overrun_tokens"] = json!(usage.overrun_tokens);
         episode["end_reason"] = json!(end_reason.name());
         episode["steps"] = json!(run.steps);
         episode["wall_s"] = json!(run.wall_s);
@@ -867,6 +1031,118 @@ impl EpisodeContext<'_> {
             .grader
             .grade(task, &submission, self.ladders.get(&task.row.instance_id)))
     }
+
+    /// Runs the episode's agent against the open gateway episode. An `Err`
+    /// is a fault of the harness (the sandbox could not run the agent).
+    #[allow(clippy::too_many_arguments)]
+    fn run_agent(
+        &self,
+        job: &Job<'_>,
+        paths: &EpisodePaths,
+        scratch: &Path,
+        workspace: &Path,
+        env: &pdl_grader::PythonEnv,
+        handle: &EpisodeHandle,
+        episode: &mut Value,
+    ) -> Result<AgentRun, String> {
+        let task = job.task;
+        let brief = TaskBrief {
+            problem_statement: task.row.problem_statement.clone(),
+            allowed: task.row.patch_policy_allowed.clone(),
+            forbidden: task.row.patch_policy_forbidden.clone(),
+            token_budget: task.row.token_budget.max(0) as u64,
+        };
+        let agent_env = base_environment(Some(&env.root.join("bin")));
+        let limits = &self.settings.limits;
+        let budget_spent = || handle.budget_exhausted();
+        match job.agent {
+            AgentSpec::Builtin => {
+                let client = ChatClient::new(
+                    self.runtime.clone(),
+                    &self.gateway.base_url(),
+                    handle.token(),
+                    self.settings.upstream.api,
+                    self.settings.upstream.request_timeout + Duration::from_secs(30),
+                );
+                let tools = Toolbox::new(
+                    self.runner.clone(),
+                    workspace.to_path_buf(),
+                    scratch.join("shell"),
+                    agent_env,
+                    env.readable_paths.clone(),
+                    limits.shell_timeout,
+                );
+                Ok(run_builtin(
+                    &client,
+                    self.settings.upstream.api,
+                    &self.settings.model,
+                    &brief,
+                    &tools,
+                    limits,
+                    &budget_spent,
+                ))
+            }
+            AgentSpec::Command(agent) => {
+                let route = GatewayRoute {
+                    port: SANDBOX_GATEWAY_PORT,
+                    socket: self.socket.clone(),
+                    token: handle.token().to_string(),
+                    model: self.settings.model.clone(),
+                    api: self.settings.upstream.api,
+                };
+                let calls = || handle.usage().calls as usize;
+                let agent_scratch = scratch.join("agent");
+                let run = run_external(
+                    agent,
+                    self.runner,
+                    workspace,
+                    &agent_scratch,
+                    agent_env,
+                    env.readable_paths.clone(),
+                    &brief,
+                    &route,
+                    limits,
+                    &budget_spent,
+                    &calls,
+                );
+                self.keep_log(&agent_scratch, &paths.log);
+                episode["log"] = Value::String(paths.log.display().to_string());
+                run
+            }
+        }
+    }
+}
+
+/// Records what earlier attempts of the slot spent (they count in
+/// `tokens_in` and `tokens_out`).
+fn record_carried(episode: &mut Value, carried: Spent) {
+    episode["tokens_in"] = json!(carried.input_tokens);
+    episode["tokens_out"] = json!(carried.output_tokens);
+    if carried.total() > 0 {
+        episode["carried"] = json!({
+            "tokens_in": carried.input_tokens,
+            "tokens_out": carried.output_tokens,
+        });
+    }
+}
+
+/// Records an attempt's usage: the slot's tokens and this attempt's counters.
+fn record_usage(episode: &mut Value, usage: &Usage) {
+    record_carried(
+        episode,
+        Spent {
+            input_tokens: usage.carried_input_tokens,
+            output_tokens: usage.carried_output_tokens,
+        },
+    );
+    episode["tokens_in"] = json!(usage.input_tokens);
+    episode["tokens_out"] = json!(usage.output_tokens);
+    episode["calls"] = json!(usage.calls);
+    episode["refused_calls"] = json!(usage.refused_calls);
+    episode["budget_refusals"] = json!(usage.budget_refusals);
+    episode["unrecorded_refusals"] = json!(usage.unrecorded_refusals);
+    episode["abandoned_calls"] = json!(usage.abandoned_calls);
+    episode["overrun_tokens"] = json!(usage.overrun_tokens);
 }
 
 fn harness_error_record(task: &Task, job: &Job<'_>, model: &str, message: String) -> ResultRecord {

@@ -50,8 +50,8 @@ pub mod server;
 pub mod sse;
 
 pub use gateway::{
-    EpisodeHandle, EpisodeSpec, Gateway, GatewayConfig, GatewayError, GatewayLimits, RequestPolicy,
-    UpstreamConfig, Usage,
+    EpisodeHandle, EpisodeSpec, Gateway, GatewayConfig, GatewayError, GatewayLimits, Ledger,
+    LedgerError, RequestPolicy, Spent, UpstreamConfig, Usage,
 };
 pub use provider::ApiKind;
 pub use replay::{

@@ -534,3 +534,207 @@ fn a_symlinked_trajectory_path_is_refused() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     assert!(Path::new(&link).is_symlink());
 }
+
+/// A chat request with `images` copies of one image and a one-token cap.
+fn image_request(url: &str, detail: &str, images: usize, text: &str) -> Value {
+    let mut content =
+        vec![json!({"type": "image_url", "image_url": {"url": url, "detail": detail}}); images];
+    content.push(json!({"type": "text", "text": text}));
+    json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": content}]})
+}
+
+#[test]
+fn images_are_reserved_at_the_most_the_model_can_bill_under_concurrency() {
+    // Red-team attempt 03: tiny PNGs that gpt-4o-mini bills 48 169 tokens each
+    // (eight 512-pixel tiles), 30 calls at once. The gateway must reserve what
+    // the images can cost, not what their bytes say.
+    const BUDGET: u64 = 250_000;
+    let setup = Setup::with(ApiKind::OpenAi, Duration::from_millis(1500), |config| {
+        config.policy = RequestPolicy::for_model("gpt-4o-mini");
+    });
+    let episode = setup.episode("images", BUDGET);
+    let url = common::png_data_url(768, 2048);
+    let body = image_request(&url, "high", 2, "SLOW two tall images").to_string();
+    let client = setup.http.client();
+    let endpoint = setup.url(ApiKind::OpenAi);
+    let tasks: Vec<_> = (0..30)
+        .map(|_| {
+            let (client, endpoint, auth, body) = (
+                client.clone(),
+                endpoint.clone(),
+                bearer(episode.token()),
+                body.clone(),
+            );
+            setup.http.rt.spawn(async move {
+                common::send(
+                    &client,
+                    Method::POST,
+                    &endpoint,
+                    &[("authorization", &auth)],
+                    Some(body),
+                )
+                .await
+            })
+        })
+        .collect();
+    let answers: Vec<common::Answer> = tasks
+        .into_iter()
+        .map(|t| setup.http.rt.block_on(t).unwrap())
+        .collect();
+    let usage = episode.close();
+    assert_within(&usage, BUDGET);
+    // Each call may cost 2 × 48 169 tokens: two fit, the rest are refused.
+    let ok = answers.iter().filter(|a| a.status == 200).count();
+    assert_eq!(ok, 2, "{usage:?}");
+    let refused = answers.iter().find(|a| a.status == 400).unwrap();
+    let message = refused.error_message();
+    assert!(
+        message.starts_with("token budget exhausted") && message.contains("2 image(s)"),
+        "{message}"
+    );
+    // What the provider billed, by its own formula, fits in the budget.
+    let billed: u64 = setup
+        .upstream
+        .received()
+        .iter()
+        .map(|r| (r.bytes / 4) as u64 + common::image_tokens(&r.body) + allowed_output(&r.body))
+        .sum();
+    assert!(
+        (2 * 96_338..=BUDGET).contains(&billed),
+        "billed {billed} on a {BUDGET} budget"
+    );
+
+    // Low detail costs gpt-4o-mini its base; the reservation holds it.
+    let episode = setup.episode("low", 10_000);
+    let low = image_request(&url, "low", 1, "one small image");
+    let answer = setup.http.post(
+        &setup.url(ApiKind::OpenAi),
+        &[("authorization", &bearer(episode.token()))],
+        &low,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let usage = episode.close();
+    assert_within(&usage, 10_000);
+    assert!(usage.input_tokens >= 2_833, "{usage:?}");
+    // And a high-detail image does not fit in what is left of a small budget.
+    let episode = setup.episode("small", 40_000);
+    let answer = setup.http.post(
+        &setup.url(ApiKind::OpenAi),
+        &[("authorization", &bearer(episode.token()))],
+        &image_request(&url, "high", 1, "one tall image"),
+    );
+    assert_eq!(answer.status, 400, "{}", answer.text());
+    assert_within(&episode.close(), 40_000);
+}
+
+fn ledger_at(path: &Path) -> pdl_episode::Ledger {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .unwrap();
+    pdl_episode::Ledger::resume(file, path.to_path_buf()).unwrap()
+}
+
+#[test]
+fn an_attempt_starts_from_what_the_earlier_attempts_of_its_slot_spent_and_held() {
+    // Red-team attempt 18: spend, drop out through a harness error, start
+    // again with a fresh budget. The budget is the slot's.
+    const BUDGET: u64 = 20_000;
+    let setup = Setup::new(ApiKind::OpenAi, Duration::from_millis(1500));
+    let ledger = setup.dir.path().join("ledger.jsonl");
+    let open = |id: &str| {
+        let spec = EpisodeSpec {
+            id: id.into(),
+            token_budget: BUDGET,
+            trajectory_path: setup.path(id),
+        };
+        let trajectory = std::fs::File::create(setup.path(id)).unwrap();
+        setup
+            .gateway
+            .open_episode_with(spec, trajectory, ledger_at(&ledger))
+            .unwrap()
+    };
+    let first = open("first");
+    assert_eq!(
+        setup
+            .chat(first.token(), json!({"max_tokens": 3000}))
+            .status,
+        200
+    );
+    let settled = first.usage().total_tokens();
+    // A slow call in flight: its reservation is on disk before it goes upstream.
+    let slow = {
+        let (client, url, auth) = (
+            setup.http.client(),
+            setup.url(ApiKind::OpenAi),
+            bearer(first.token()),
+        );
+        setup.http.rt.spawn(async move {
+            let body = json!({"model": "m", "max_tokens": 4000,
+                "messages": [{"role": "user", "content": "SLOW in flight"}]});
+            common::send(
+                &client,
+                Method::POST,
+                &url,
+                &[("authorization", &auth)],
+                Some(body.to_string()),
+            )
+            .await
+            .status
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while setup.upstream.received().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What a harness killed now would leave on record: the settled call and
+    // the one in flight, counted whole, as an attempt cut short (reported,
+    // not charged: no agent can kill the harness).
+    let crashed = ledger_at(&ledger);
+    assert!(
+        crashed.interrupted().total() >= settled + 4000,
+        "{:?} after {settled}",
+        crashed.interrupted()
+    );
+    assert_eq!(crashed.carried().total(), 0);
+    drop(crashed);
+    assert_eq!(setup.http.rt.block_on(slow).unwrap(), 200);
+    let first_usage = first.close();
+    assert_within(&first_usage, BUDGET);
+    // The campaign closes the attempt when it records its outcome.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&ledger)
+        .unwrap();
+    pdl_episode::Ledger::close(file, &ledger).unwrap();
+
+    // The next attempt starts from all of it, and cannot go past the budget.
+    let second = open("second");
+    let carried = second.usage();
+    assert_eq!(carried.total_tokens(), first_usage.total_tokens());
+    assert_eq!(carried.carried_tokens(), first_usage.total_tokens());
+    let answer = setup.chat(second.token(), json!({"max_tokens": 20_000}));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let answer = setup.chat(second.token(), json!({"max_tokens": 20_000}));
+    assert!([400, 401].contains(&answer.status), "{}", answer.text());
+    assert!(
+        answer.error_message().contains("earlier attempts"),
+        "{}",
+        answer.text()
+    );
+    let second_usage = second.close();
+    assert_within(&second_usage, BUDGET);
+    let billed: u64 = setup
+        .upstream
+        .received()
+        .iter()
+        .map(|r| (r.bytes / 4) as u64 + allowed_output(&r.body))
+        .sum();
+    assert!(
+        billed <= BUDGET,
+        "the slot was billed {billed} on a {BUDGET} budget"
+    );
+}

@@ -206,6 +206,13 @@ impl Dir {
         self.path.join(rel)
     }
 
+    /// Sets this directory's permission bits (such as `0o700`) through its
+    /// descriptor, so a link swapped in at its path is not what changes.
+    pub fn set_mode(&self, mode: u32) -> Result<(), FsError> {
+        rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(mode & 0o7777))
+            .map_err(|e| FsError::new(self.path.clone(), FsErrorKind::Io(e.into())))
+    }
+
     fn err(&self, rel: &Path, kind: FsErrorKind) -> FsError {
         FsError::new(self.path.join(rel), kind)
     }
@@ -533,6 +540,20 @@ mod tests {
             Dir::open(dir).unwrap(),
             Dir::open(dir).unwrap().without_openat2(),
         ]
+    }
+
+    #[test]
+    fn a_folder_is_made_private_through_its_descriptor() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let sub = dir.open_dir(Path::new("private"), true).unwrap();
+        sub.set_mode(0o700).unwrap();
+        let mode = std::fs::metadata(tmp.path().join("private"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     #[test]

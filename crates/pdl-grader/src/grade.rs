@@ -238,8 +238,12 @@ impl Grader {
             .take(128)
             .collect();
         std::fs::create_dir_all(&self.settings.work_root)?;
+        // It holds the hidden tests and, for gold, the reference solution:
+        // nobody but the harness may look inside (the default mode would let
+        // every local user, and an agent sharing the harness's uid, read it).
         let mut dir = tempfile::Builder::new()
             .prefix(&format!("{task}-{safe}-"))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(&self.settings.work_root)?;
         dir.disable_cleanup(self.settings.keep_workdirs);
         Ok(dir)

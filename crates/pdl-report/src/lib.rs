@@ -8,7 +8,8 @@
 //! (task, agent, model), per (tier, agent, model) and per (agent, model), with a
 //! 95% percentile-bootstrap interval of each mean ([`stats`]), end reasons,
 //! budget exhaustion, verdicts, tokens, ladder landings and each task's
-//! calibration status. Harness errors are counted but left out of every mean; an
+//! calibration status. Harness errors are counted but left out of every reward
+//! mean (the tokens they spent count in the token means); an
 //! episode key seen twice counts once, with its last record. A malformed line is a
 //! [`Warning`] in the report, never an error.
 //!

@@ -7,9 +7,10 @@
 //! - `episodes` counts every episode (after de-duplication by key: a key seen
 //!   twice counts once, with its last record);
 //! - episodes with verdict `harness_error` are counted in `harness_errors`,
-//!   `verdicts`, `end_reasons` and `budget_exhausted` but left out of every mean
-//!   (reward and tokens), the interval and the landed rungs: they say nothing
-//!   about the agent;
+//!   `verdicts`, `end_reasons` and `budget_exhausted` but left out of the mean
+//!   reward, the interval and the landed rungs: they say nothing about the
+//!   agent's result. Their tokens count in the token means: they were spent
+//!   (and a later attempt of the same episode starts from them);
 //! - `reruns` counts the runs an episode needed beyond its first: earlier records
 //!   with its key in the file (replaced by the later one, never counted twice)
 //!   or the earlier outcomes its record carries (`episode.previous_outcomes`);
@@ -375,9 +376,11 @@ pub struct Stats {
     pub budget_exhausted: usize,
     /// Episodes per verdict.
     pub verdicts: BTreeMap<String, usize>,
-    /// Mean input tokens of the scored episodes that report them.
+    /// Mean input tokens of the episodes that report them, harness errors
+    /// included (what they spent was spent).
     pub mean_tokens_in: Option<f64>,
-    /// Mean output tokens of the scored episodes that report them.
+    /// Mean output tokens of the episodes that report them, harness errors
+    /// included.
     pub mean_tokens_out: Option<f64>,
     /// Scored episodes per landed rung.
     pub landed_rungs: BTreeMap<String, usize>,
@@ -397,14 +400,14 @@ impl Stats {
             *s.end_reasons.entry(reason.to_string()).or_default() += 1;
             s.budget_exhausted += usize::from(e.budget_exhausted);
             s.reruns += e.reruns;
+            tokens_in.extend(e.tokens_in.map(|t| t as f64));
+            tokens_out.extend(e.tokens_out.map(|t| t as f64));
             if e.is_harness_error() {
                 s.harness_errors += 1;
                 continue;
             }
             s.scored += 1;
             rewards.push(e.reward);
-            tokens_in.extend(e.tokens_in.map(|t| t as f64));
-            tokens_out.extend(e.tokens_out.map(|t| t as f64));
             if let Some(rung) = &e.landed_rung {
                 *s.landed_rungs.entry(rung.clone()).or_default() += 1;
             }
@@ -1102,10 +1105,10 @@ mod tests {
     }
 
     #[test]
-    fn harness_errors_are_counted_but_left_out_of_means() {
+    fn harness_errors_are_counted_but_left_out_of_reward_means() {
         let mut err = episode("a", "builtin", 2, 0.0);
         err.verdict = Verdict::HarnessError;
-        set_episode_field(&mut err, "tokens_in", json!(999_999));
+        set_episode_field(&mut err, "tokens_in", json!(4_000));
         let r = report(&[
             episode("a", "builtin", 0, 1.0),
             episode("a", "builtin", 1, 0.2),
@@ -1116,7 +1119,8 @@ mod tests {
         assert_eq!(s.scored, 2);
         assert_eq!(s.harness_errors, 1);
         assert_eq!(s.mean_reward, Some(0.6));
-        assert_eq!(s.mean_tokens_in, Some(1000.0));
+        // The tokens a harness error spent were spent: they count.
+        assert_eq!(s.mean_tokens_in, Some(2000.0));
         assert_eq!(s.verdicts["harness_error"], 1);
         assert_eq!(s.verdicts["graded"], 2);
         let ci = s.ci95.unwrap();
@@ -1134,6 +1138,7 @@ mod tests {
         assert_eq!((s.episodes, s.scored), (1, 0));
         assert_eq!(s.mean_reward, None);
         assert_eq!(s.ci95, None);
+        assert_eq!(s.mean_tokens_in, Some(1000.0), "its tokens are shown");
     }
 
     #[test]

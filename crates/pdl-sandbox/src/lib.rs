@@ -15,6 +15,7 @@ pub mod interrupt;
 pub mod namespaces;
 pub mod outcome;
 pub mod runner;
+pub mod scratch;
 mod supervise;
 
 pub use cgroup::scope as cgroup_scope;
@@ -22,6 +23,7 @@ pub use command::{NetworkPolicy, PassedFd, ResourceLimits, SandboxCommand, PRIVA
 pub use namespaces::{init_main, NamespaceRunner, FIRST_PASSED_FD};
 pub use outcome::{Enforcement, LimitScope, NetworkScope, RunReport, RunStatus, OUTPUT_TAIL_BYTES};
 pub use runner::{PlainRunner, ProcessRunner, SandboxKind};
+pub use scratch::{ScratchBounds, ScratchFs};
 pub use supervise::TRUNCATION_MARKER;
 
 use std::sync::Arc;

@@ -224,7 +224,8 @@ pub struct RunCampaignArgs {
     /// An extra variable for external agents (repeatable).
     #[arg(long = "agent-env", value_name = "NAME=VALUE")]
     pub agent_env: Vec<String>,
-    /// A host path external agents may read, such as their own installation (repeatable).
+    /// A host path external agents may read, such as their own installation
+    /// (repeatable). The run folder and the work folder must lie outside it.
     #[arg(long = "agent-path", value_name = "PATH")]
     pub agent_paths: Vec<PathBuf>,
     /// Model calls per episode (built-in agent).
@@ -253,6 +254,14 @@ pub struct RunCampaignArgs {
     /// larger one is refused before it is parsed.
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub max_request_mib: usize,
+    /// Files and folders an episode's own file system holds (its workspace and
+    /// the agent's scratch); past it the agent's writes fail with "no space".
+    #[arg(long, default_value_t = 500_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1_000..=100_000_000))]
+    pub episode_inodes: u64,
+    /// Bytes an episode's own file system holds, in MiB (its pages are also
+    /// charged to the episode's memory bound).
+    #[arg(long, default_value_t = 4096, value_name = "MIB", value_parser = clap::value_parser!(u64).range(16..=1_048_576))]
+    pub episode_disk_mib: u64,
     #[command(flatten)]
     pub dataset: DatasetArgs,
     #[command(flatten)]

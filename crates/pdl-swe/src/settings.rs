@@ -76,6 +76,7 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
         None => {
             let mut dir = tempfile::Builder::new()
                 .prefix("pdl-swe-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .tempdir()
                 .context("cannot create a work folder in the temporary folder")
                 .map_err(ExitError::environment)?;

@@ -622,3 +622,537 @@ fn a_workspace_the_agent_shaped_is_its_own_doing_and_costs_the_harness_nothing()
     );
     assert_eq!(episodes(&out).len(), 2);
 }
+
+#[test]
+fn an_agent_that_takes_every_inode_fills_only_its_own_file_system() {
+    // Red-team attempt 17: files in the workspace's .git until the file
+    // system is full. The episode's workspace and scratch live on a file
+    // system of their own, so the agent fills that one: its episode is
+    // graded, and the harness's folders beside it keep their inodes.
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let work = dir.path().join("work");
+    let mut args = run_args(
+        &model.base_url(),
+        &out,
+        &[
+            "--agent-cmd",
+            &agent_cmd("inodes.py"),
+            "--episode-inodes",
+            "5000",
+            "--work-dir",
+            &work.display().to_string(),
+            "-j",
+            "1",
+        ],
+    );
+    args.extend(["--samples".to_string(), "2".to_string()]);
+    let run = pdl_swe(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 2);
+    for ep in &eps {
+        assert_eq!(ep["verdict"], "graded", "{ep}");
+        assert_eq!(ep["reward"].as_f64(), Some(0.2), "{ep}");
+        assert_eq!(ep["episode"]["scratch_fs"]["inodes"], 5000, "{ep}");
+        let log =
+            std::fs::read_to_string(out.join(ep["episode"]["log"].as_str().unwrap())).unwrap();
+        let said = log
+            .lines()
+            .find_map(|l| l.strip_prefix("@@ inodes "))
+            .unwrap_or_else(|| panic!("{log}"));
+        let said: Value = serde_json::from_str(said).unwrap();
+        assert_eq!(said["stopped"], "ENOSPC", "{said}");
+        assert!(said["made"].as_u64().unwrap() < 5000, "{said}");
+        assert_eq!(said["files"], 5000, "{said}");
+    }
+    // Nothing is left mounted under the work folder.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&work.display().to_string()),
+        "a scratch file system was left mounted"
+    );
+}
+
+/// What the logging upstream billed in all (input by its bytes and images,
+/// output by the cap it was sent).
+fn billed(upstream: &Upstream) -> u64 {
+    upstream
+        .requests()
+        .iter()
+        .map(|r| r["billed"].as_u64().unwrap())
+        .sum()
+}
+
+/// Input plus output tokens of an episode object.
+fn tokens(episode: &Value) -> u64 {
+    episode["tokens_in"].as_u64().unwrap() + episode["tokens_out"].as_u64().unwrap()
+}
+
+#[test]
+fn image_inputs_are_reserved_at_what_the_model_can_bill() {
+    // Red-team attempt 03: 271-byte PNGs that gpt-4o-mini bills 48 169 tokens
+    // each, eight at once, on a 10 000-token budget. Before, each was reserved
+    // about 4 500 tokens and the provider billed several times the budget.
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(dir.path());
+    let out = dir.path().join("run");
+    let mut args = run_args(
+        &upstream.base_url(),
+        &out,
+        &["--agent-cmd", &agent_cmd("images.py")],
+    );
+    args.iter_mut()
+        .filter(|a| *a == MODEL)
+        .for_each(|a| *a = "gpt-4o-mini".into());
+    let run = pdl_swe(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let e = &episodes(&out)[0];
+    let ep = &e["episode"];
+    assert!(tokens(ep) <= BUDGET, "{ep}");
+    assert_eq!(ep["overrun_tokens"], 0, "{ep}");
+    let total = billed(&upstream);
+    assert!(
+        total <= BUDGET,
+        "the provider billed {total} on a {BUDGET} budget"
+    );
+    // No high-detail image fits; the low-detail one (2 833 tokens) does.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(requests[0]["body"].to_string().contains("images-low"));
+    let log = std::fs::read_to_string(out.join(ep["log"].as_str().unwrap())).unwrap();
+    assert!(log.contains("@@ images"), "{log}");
+    assert_eq!(ep["refused_calls"], 8, "{ep}");
+}
+
+/// The lines of every trajectory file of a run folder.
+fn trajectory_lines(run_dir: &Path) -> Vec<Value> {
+    let mut lines = Vec::new();
+    let mut folders = vec![run_dir.join("trajectories")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                lines.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
+            }
+        }
+    }
+    lines
+}
+
+/// Waits until `done` holds, at most `limit`.
+fn wait_until(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    done()
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The fields after the command name, which ends with ')'.
+                    let rest = &stat[stat.rfind(')')? + 2..];
+                    rest.split(' ').nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// The sandbox helpers the harness `pid` runs (its children in the hidden
+/// `__sandbox-init` mode).
+fn sandbox_helpers(pid: u32) -> Vec<u32> {
+    children_of(pid)
+        .into_iter()
+        .filter(|child| {
+            std::fs::read(format!("/proc/{child}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__sandbox-init"))
+        })
+        .collect()
+}
+
+fn sigkill(pid: u32) {
+    // SAFETY: a plain kill(2) of a process this test started (or its child).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
+/// Starts the harness with its output in files under `dir`.
+fn spawn_pdl_swe(args: &[String], dir: &Path, name: &str) -> Child {
+    let stdout = std::fs::File::create(dir.join(format!("{name}.stdout"))).unwrap();
+    let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .args(args)
+        .env("PDL_TEST_REAL_KEY", REAL_KEY)
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+fn spawned_text(dir: &Path, name: &str) -> String {
+    let read =
+        |ext: &str| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap_or_default();
+    format!("{}\n{}", read("stdout"), read("stderr"))
+}
+
+#[test]
+fn a_harness_error_keeps_its_tokens_and_the_rerun_starts_from_them() {
+    // Red-team attempts 18 and 07: spend the budget, then drop out through a
+    // harness error, and start again. The record must keep what was spent, and
+    // the re-run gets only what is left of the episode's budget.
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(dir.path());
+    let out = dir.path().join("run");
+    let args = run_args(
+        &upstream.base_url(),
+        &out,
+        &["--agent-cmd", &agent_cmd("spend.py"), "-j", "1"],
+    );
+    let mut first = spawn_pdl_swe(&args, dir.path(), "first");
+    // Once the gateway refuses a call the agent has spent what it could; its
+    // sandbox helper is then killed from outside (a fault of the machine).
+    let refused = wait_until(std::time::Duration::from_secs(180), || {
+        trajectory_lines(&out).iter().any(|l| l["refused"] == true)
+    });
+    assert!(refused, "{}", spawned_text(dir.path(), "first"));
+    let helpers = sandbox_helpers(first.id());
+    assert_eq!(helpers.len(), 1, "{helpers:?}");
+    sigkill(helpers[0]);
+    let status = first.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "{}",
+        spawned_text(dir.path(), "first")
+    );
+    let eps = episodes(&out);
+    let ep = &eps[0]["episode"];
+    assert_eq!(eps[0]["verdict"], "harness_error", "{}", eps[0]);
+    let spent = tokens(ep);
+    assert!(spent > BUDGET * 9 / 10 && spent <= BUDGET, "{ep}");
+    assert!(ep["calls"].as_u64().unwrap() >= 3, "{ep}");
+    let billed_first = billed(&upstream);
+    assert!(
+        billed_first <= spent,
+        "{billed_first} billed, {spent} recorded"
+    );
+    // The reports show what it spent.
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report/report.json")).unwrap()).unwrap();
+    let overall = &report["overall"][0];
+    let shown = overall["mean_tokens_in"].as_f64().unwrap_or(0.0)
+        + overall["mean_tokens_out"].as_f64().unwrap_or(0.0);
+    assert_eq!(shown as u64, spent, "{overall}");
+
+    // The harness error is run again, from what the slot spent.
+    let again = pdl_swe(&args);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 2);
+    let rerun = &eps[1]["episode"];
+    assert_eq!(rerun["rerun_of"]["verdict"], "harness_error");
+    assert_eq!(
+        rerun["carried"]["tokens_in"].as_u64().unwrap()
+            + rerun["carried"]["tokens_out"].as_u64().unwrap(),
+        spent,
+        "{rerun}"
+    );
+    assert!(tokens(rerun) <= BUDGET, "{rerun}");
+    assert_eq!(rerun["end_reason"], "budget_exhausted", "{rerun}");
+    let total = billed(&upstream);
+    assert!(
+        total <= BUDGET,
+        "one episode slot was billed {total} over two starts on a {BUDGET} budget"
+    );
+}
+
+/// Removes the cgroups a killed harness `pid` left behind (best effort).
+fn remove_cgroups_of(pid: u32) {
+    let prefix = format!("pdl-swe-{pid}-");
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut roots = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(controllers), Some(path)) = (controllers, path) else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        for c in controllers.split(',') {
+            match c {
+                "memory" | "pids" => roots.push(Path::new("/sys/fs/cgroup").join(c).join(path)),
+                "" => {
+                    roots.push(Path::new("/sys/fs/cgroup").join(path));
+                    roots.push(Path::new("/sys/fs/cgroup/unified").join(path));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut folders: Vec<(PathBuf, usize)> = roots.into_iter().map(|r| (r, 0)).collect();
+    while let Some((folder, depth)) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_dir(&path);
+            } else if depth < 2 {
+                folders.push((path, depth + 1));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_harness_killed_in_the_middle_of_an_episode_reports_its_spend_and_leaves_the_budget_whole() {
+    // The ledger is written as the gateway reserves and settles: a harness
+    // killed while a call is in flight leaves both on record. No agent can
+    // kill the harness, so the attempt run on the next start gets the whole
+    // budget, and its record reports what the cut-short attempt spent.
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(dir.path());
+    let out = dir.path().join("run");
+    let work = dir.path().join("work");
+    let args = run_args(
+        &upstream.base_url(),
+        &out,
+        &[
+            "--agent-cmd",
+            &format!("{} slow", agent_cmd("spend.py")),
+            "-j",
+            "1",
+            "--work-dir",
+            &work.display().to_string(),
+        ],
+    );
+    let mut first = spawn_pdl_swe(&args, dir.path(), "first");
+    let in_flight = wait_until(std::time::Duration::from_secs(180), || {
+        upstream
+            .requests()
+            .iter()
+            .any(|r| r["body"].to_string().contains("SLOW spend-2"))
+    });
+    assert!(in_flight, "{}", spawned_text(dir.path(), "first"));
+    let pid = first.id();
+    let helpers = sandbox_helpers(pid);
+    sigkill(pid);
+    first.wait().unwrap();
+    // The orphaned agent leaves when its call breaks off.
+    let gone = wait_until(std::time::Duration::from_secs(60), || {
+        helpers
+            .iter()
+            .all(|h| !Path::new(&format!("/proc/{h}")).exists())
+    });
+    assert!(gone, "the killed harness's sandbox is still running");
+    remove_cgroups_of(pid);
+    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("pdl-gw-{pid}-"))
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    assert!(
+        episodes(&out).is_empty(),
+        "the killed start wrote no record"
+    );
+    let billed_first = billed(&upstream);
+    assert!(billed_first > BUDGET / 2, "{billed_first}");
+
+    let again = pdl_swe(&args);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let eps = episodes(&out);
+    assert_eq!(eps.len(), 1);
+    let ep = &eps[0]["episode"];
+    assert!(ep.get("carried").is_none(), "{ep}");
+    let interrupted = ep["interrupted"]["tokens_in"].as_u64().unwrap()
+        + ep["interrupted"]["tokens_out"].as_u64().unwrap();
+    assert!(
+        interrupted >= billed_first,
+        "the record reports {interrupted} of the {billed_first} the killed start was billed: {ep}"
+    );
+    assert!(tokens(ep) <= BUDGET, "{ep}");
+    let second = billed(&upstream) - billed_first;
+    assert!(
+        second > BUDGET / 2 && second <= BUDGET,
+        "the resumed attempt was billed {second} of its {BUDGET} budget"
+    );
+}
+
+#[test]
+fn a_sandbox_helper_killed_while_the_run_was_out_of_memory_is_the_agents_doing() {
+    // Red-team attempt 07: tmpfs pages no process owns fill the run's memory
+    // cgroup, and the kernel kills the sandbox helper. Here the agent makes
+    // the cgroup record an out-of-memory kill and the test kills the helper
+    // with SIGKILL, as the kernel did: the agent's doing, graded, never a
+    // harness error (which would drop it out of the means).
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(dir.path());
+    let out = dir.path().join("run");
+    let args = run_args(
+        &upstream.base_url(),
+        &out,
+        &["--agent-cmd", &agent_cmd("oom.py"), "-j", "1"],
+    );
+    let mut first = spawn_pdl_swe(&args, dir.path(), "first");
+    let ready = wait_until(std::time::Duration::from_secs(180), || {
+        upstream
+            .requests()
+            .iter()
+            .any(|r| r["body"].to_string().contains("oom-done"))
+    });
+    assert!(ready, "{}", spawned_text(dir.path(), "first"));
+    for helper in sandbox_helpers(first.id()) {
+        sigkill(helper);
+    }
+    let status = first.wait().unwrap();
+    let said = spawned_text(dir.path(), "first");
+    let records = records(&out);
+    let scope = records
+        .iter()
+        .find(|r| r["kind"] == "gold")
+        .map(|r| r["provenance"]["sandbox"]["memory_scope"].clone())
+        .unwrap_or_default();
+    if !matches!(scope.as_str(), Some("cgroup_v1" | "cgroup_v2")) {
+        eprintln!("skipped: runs have no memory cgroup here ({scope}), so no OOM kill is recorded");
+        return;
+    }
+    let e = &episodes(&out)[0];
+    assert_eq!(e["verdict"], "graded", "{e}\n{said}");
+    assert_eq!(e["reward"], 0.2, "{e}");
+    let ep = &e["episode"];
+    assert_eq!(ep["end_reason"], "agent_error", "{ep}");
+    assert!(
+        ep["error"].as_str().unwrap().contains("out of memory"),
+        "{ep}"
+    );
+    assert_eq!(status.code(), Some(0), "{said}");
+}
+
+/// Unix permission bits of `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn run_and_work_folders_an_agent_could_read_are_refused() {
+    // Red-team attempt 23: `--out` or `--work-dir` under an `--agent-path` let
+    // the agent read sibling patches, hidden test names and grading trees.
+    let dir = tempfile::tempdir().unwrap();
+    let agent_dir = dir.path().join("proj");
+    std::fs::create_dir(&agent_dir).unwrap();
+    let link = dir.path().join("link-to-proj");
+    std::os::unix::fs::symlink(&agent_dir, &link).unwrap();
+    let agent_path = agent_dir.display().to_string();
+    let refused = |out: &Path, extra: &[&str], named: &[&Path]| {
+        let mut args = run_args("http://127.0.0.1:9/v1", out, &["--agent-cmd", "true"]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let run = pdl_swe(&args);
+        let said = text(&run);
+        assert_eq!(run.status.code(), Some(2), "{said}");
+        for path in named {
+            assert!(
+                said.contains(&path.display().to_string()),
+                "{path:?}: {said}"
+            );
+        }
+        said
+    };
+    // The run folder inside an agent path (named through a link, not yet made).
+    let out = link.join("runs/x");
+    let said = refused(
+        &out,
+        &["--agent-path", &agent_path],
+        &[&agent_dir.join("runs/x"), &agent_dir],
+    );
+    assert!(
+        said.contains("--out") && said.contains("--agent-path"),
+        "{said}"
+    );
+    assert!(!agent_dir.join("runs").exists());
+    // The work folder inside an agent path.
+    let out = dir.path().join("run");
+    let work = agent_dir.join("work");
+    let said = refused(
+        &out,
+        &[
+            "--agent-path",
+            &agent_path,
+            "--work-dir",
+            &work.display().to_string(),
+        ],
+        &[&work, &agent_dir],
+    );
+    assert!(said.contains("--work-dir"), "{said}");
+    assert!(!work.exists() && !out.exists());
+    // An agent path inside the run folder.
+    let inner = out.join("patches");
+    refused(
+        &out,
+        &["--agent-path", &inner.display().to_string()],
+        &[&inner, &out],
+    );
+    // A folder every sandbox reads.
+    let system = Path::new("/etc/pdl-swe-test-never-made/run");
+    refused(system, &[], &[system, Path::new("/etc")]);
+    assert!(!Path::new("/etc/pdl-swe-test-never-made").exists());
+}
+
+#[test]
+fn grading_folders_and_what_agents_produced_are_private_to_the_harness() {
+    // Red-team attempt 23: grading folders were created 0755, readable by any
+    // local user (and by an agent running as the harness's user).
+    let model = idle_model();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let work = dir.path().join("work");
+    let args = run_args(
+        &model.base_url(),
+        &out,
+        &[
+            "--agent-cmd",
+            "true",
+            "--work-dir",
+            &work.display().to_string(),
+            "--keep-workdirs",
+        ],
+    );
+    let run = pdl_swe(&args);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let graded: Vec<PathBuf> = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        graded.len() >= 4,
+        "gold, noop, the episode, its scratch: {graded:?}"
+    );
+    for folder in &graded {
+        assert_eq!(mode(folder), 0o700, "{}", folder.display());
+    }
+    for name in ["trajectories", "patches", "logs", "ledger"] {
+        assert_eq!(mode(&out.join(name)), 0o700, "{name}");
+    }
+}

@@ -227,7 +227,10 @@ fn an_external_agent_streams_through_the_gateway_and_its_final_usage_chunk_is_co
         Duration::ZERO,
     );
     let dir = tempfile::tempdir().unwrap();
-    let agent = dir.path().join("agent.py");
+    // The agent's own folder, beside the run folder (never around it).
+    let agent_dir = dir.path().join("agent");
+    std::fs::create_dir(&agent_dir).unwrap();
+    let agent = agent_dir.join("agent.py");
     std::fs::write(&agent, STREAMING_AGENT).unwrap();
     let out = dir.path().join("run");
     let cmd = format!("python3 {}", agent.display());
@@ -238,7 +241,7 @@ fn an_external_agent_streams_through_the_gateway_and_its_final_usage_chunk_is_co
             "--agent-cmd",
             &cmd,
             "--agent-path",
-            &dir.path().display().to_string(),
+            &agent_dir.display().to_string(),
         ],
     ));
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
@@ -283,7 +286,9 @@ fn an_external_agent_reaches_the_gateway_and_nothing_else() {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
-    let agent = dir.path().join("agent.py");
+    let agent_dir = dir.path().join("agent");
+    std::fs::create_dir(&agent_dir).unwrap();
+    let agent = agent_dir.join("agent.py");
     std::fs::write(&agent, ESCAPING_AGENT).unwrap();
     let out = dir.path().join("run");
     let cmd = format!("python3 {}", agent.display());
@@ -297,7 +302,7 @@ fn an_external_agent_reaches_the_gateway_and_nothing_else() {
             "--agent-env",
             &host_port,
             "--agent-path",
-            &dir.path().display().to_string(),
+            &agent_dir.display().to_string(),
             "--api-key-env",
             "PDL_TEST_UPSTREAM_SECRET",
         ],
@@ -364,7 +369,13 @@ fn a_campaign_killed_with_sigkill_resumes_without_loss_or_duplicates() {
         .collect();
     assert_eq!(keys.len(), 6, "every sample exactly once");
     assert_eq!(eps.len(), 6, "no duplicates");
-    assert!(eps.iter().all(|e| e["reward"] == 1.0));
+    assert!(
+        eps.iter().all(|e| e["reward"] == 1.0),
+        "{:#?}",
+        eps.iter()
+            .map(|e| (e["reward"].clone(), e["episode"].clone()))
+            .collect::<Vec<_>>()
+    );
     let calibration = records(&out)
         .iter()
         .filter(|r| r["kind"] != "episode")

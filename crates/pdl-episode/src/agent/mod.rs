@@ -336,7 +336,7 @@ pub fn run_external(
     let report = runner.run(&cmd);
     let wall_s = started.elapsed().as_secs_f64();
     let tail = || report.output_tail(2000);
-    let (end_reason, error) = match &report.status {
+    let (end_reason, error) = match attributed_status(&report) {
         RunStatus::SandboxFailed { reason } => return Err(format!("sandbox: {reason}")),
         _ if budget_spent() => (EndReason::BudgetExhausted, None),
         RunStatus::TimedOut => (EndReason::TimeLimit, None),
@@ -354,7 +354,10 @@ pub fn run_external(
         ),
         RunStatus::OutOfMemory => (
             EndReason::AgentError,
-            Some("the agent ran out of memory".into()),
+            Some(format!(
+                "the agent ran out of memory: the kernel killed {} process(es) of its run at the memory bound",
+                report.oom_kills.max(1)
+            )),
         ),
         RunStatus::SpawnFailed { reason } => (
             EndReason::AgentError,
@@ -368,6 +371,31 @@ pub fn run_external(
         summary: None,
         wall_s,
     })
+}
+
+/// How a run ended, for blame. A sandbox helper that died of SIGKILL while
+/// the run's cgroup recorded out-of-memory kills died of the run's memory:
+/// pages of files in the run's tmpfs (`/tmp`, the workspace) are charged to its
+/// cgroup but belong to no process, so killing the agent frees nothing and the
+/// kernel may pick the helper. That is the run's own doing ([`RunStatus::OutOfMemory`]),
+/// never an infrastructure failure: otherwise an agent could turn any episode it
+/// judged lost into a harness error, left out of the means and run again.
+fn attributed_status(report: &pdl_sandbox::RunReport) -> RunStatus {
+    match &report.status {
+        RunStatus::SandboxFailed { reason }
+            if report.oom_kills > 0 && helper_killed_by_sigkill(reason) =>
+        {
+            RunStatus::OutOfMemory
+        }
+        status => status.clone(),
+    }
+}
+
+/// True when a sandbox failure says the helper was killed by SIGKILL (the
+/// runner's "the sandbox helper was killed by signal 9").
+fn helper_killed_by_sigkill(reason: &str) -> bool {
+    const SIGKILL: i32 = 9;
+    reason.contains("helper") && reason.ends_with(&format!("killed by signal {SIGKILL}"))
 }
 
 #[cfg(test)]
@@ -425,6 +453,41 @@ mod tests {
         let err = prepare_workspace(&[file("src/a.py", "a = 1\n")], &ws).unwrap_err();
         assert!(err.to_string().contains("holds a `.git`"), "{err}");
         assert!(!marker.exists());
+    }
+
+    fn report(status: RunStatus, oom_kills: u64) -> pdl_sandbox::RunReport {
+        let mut report = pdl_sandbox::RunReport::not_started(
+            status,
+            Path::new("/nonexistent"),
+            pdl_sandbox::Enforcement::default(),
+        );
+        report.oom_kills = oom_kills;
+        report
+    }
+
+    #[test]
+    fn a_helper_killed_while_the_run_was_out_of_memory_is_the_runs_doing() {
+        let killed = RunStatus::SandboxFailed {
+            reason: "the sandbox helper was killed by signal 9".into(),
+        };
+        assert_eq!(
+            attributed_status(&report(killed.clone(), 2)),
+            RunStatus::OutOfMemory
+        );
+        // Without an OOM kill, or another failure, it stays the harness's.
+        assert_eq!(attributed_status(&report(killed.clone(), 0)), killed);
+        for reason in [
+            "the sandbox helper was killed by signal 15",
+            "the sandbox helper exited with code 1 before the command finished",
+            "cannot mount /tmp: No space left on device",
+        ] {
+            let failed = RunStatus::SandboxFailed {
+                reason: reason.into(),
+            };
+            assert_eq!(attributed_status(&report(failed.clone(), 3)), failed);
+        }
+        let exited = RunStatus::Exited { code: 0 };
+        assert_eq!(attributed_status(&report(exited.clone(), 1)), exited);
     }
 
     #[test]

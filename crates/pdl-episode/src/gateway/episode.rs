@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::ledger::{Ledger, LedgerWriter, Spent};
 use super::trajectory::{ExchangeRecord, TrajectoryFile, TrajectoryWriter};
 use super::GatewayError;
 use crate::provider::TokenCount;
@@ -47,11 +48,20 @@ pub struct EpisodeSpec {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Input tokens as reported by the provider (estimated where it reported
-    /// none; the reserved bound for abandoned calls).
+    /// none; the reserved bound for abandoned calls), those of earlier attempts
+    /// of the episode slot included ([`Usage::carried_input_tokens`]).
     pub input_tokens: u64,
     /// Output tokens as reported by the provider (estimated where it reported
-    /// none; the reserved cap for abandoned calls).
+    /// none; the reserved cap for abandoned calls), those of earlier attempts
+    /// included ([`Usage::carried_output_tokens`]).
     pub output_tokens: u64,
+    /// Of `input_tokens`, what earlier attempts of the episode slot spent (from
+    /// its [`Ledger`]).
+    #[serde(default)]
+    pub carried_input_tokens: u64,
+    /// Of `output_tokens`, what earlier attempts of the episode slot spent.
+    #[serde(default)]
+    pub carried_output_tokens: u64,
     /// Calls forwarded to the upstream, whatever their outcome (retries not counted).
     pub calls: u64,
     /// Calls the gateway answered by itself: budget spent, wrong API, bad body,
@@ -85,6 +95,18 @@ impl Usage {
     pub fn total_tokens(&self) -> u64 {
         self.input_tokens + self.output_tokens
     }
+
+    /// Input plus output tokens of earlier attempts of the episode slot.
+    pub fn carried_tokens(&self) -> u64 {
+        self.carried_input_tokens + self.carried_output_tokens
+    }
+
+    fn charged(&self) -> Spent {
+        Spent {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
 }
 
 /// How a forwarded call ended, for the counters.
@@ -117,32 +139,64 @@ pub(crate) struct Ask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum BudgetRefusal {
     /// Nothing is left.
-    Exhausted { committed: u64, budget: u64 },
+    Exhausted {
+        committed: u64,
+        budget: u64,
+        /// Of `committed`, what earlier attempts of the episode slot spent.
+        carried: u64,
+    },
     /// Something is left, but less than the input bound (plus one output token
     /// per choice).
     InputTooLarge {
         input_bound: u64,
         remaining: u64,
         budget: u64,
+        /// What earlier attempts of the episode slot spent.
+        carried: u64,
     },
+    /// The reservation could not be written to the slot's ledger: a call the
+    /// harness cannot count is not forwarded.
+    Unrecorded { reason: String },
 }
 
 impl BudgetRefusal {
     /// The message the agent gets (both start with "token budget exhausted").
     pub(crate) fn message(&self) -> String {
-        match self {
-            BudgetRefusal::Exhausted { committed, budget } => format!(
-                "token budget exhausted: {committed} of {budget} tokens used or held by calls in flight"
+        let (text, carried) = match self {
+            BudgetRefusal::Exhausted {
+                committed,
+                budget,
+                carried,
+            } => (
+                format!(
+                    "token budget exhausted: {committed} of {budget} tokens used or held by calls in flight"
+                ),
+                *carried,
             ),
             BudgetRefusal::InputTooLarge {
                 input_bound,
                 remaining,
                 budget,
-            } => format!(
-                "token budget exhausted: this request may count up to {input_bound} input tokens \
-                 (its size in bytes) and only {remaining} of the {budget} tokens are left; \
-                 send a shorter request"
+                carried,
+            } => (
+                format!(
+                    "token budget exhausted: this request may count up to {input_bound} input tokens \
+                     (its size in bytes and what the provider adds) and only {remaining} of the \
+                     {budget} tokens are left; send a shorter request"
+                ),
+                *carried,
             ),
+            BudgetRefusal::Unrecorded { reason } => {
+                return format!(
+                    "the gateway cannot record this call in the episode's token ledger ({reason}); \
+                     it was not forwarded"
+                )
+            }
+        };
+        if carried > 0 {
+            format!("{text} ({carried} tokens of the budget were spent by earlier attempts of this episode)")
+        } else {
+            text
         }
     }
 }
@@ -151,21 +205,44 @@ impl BudgetRefusal {
 struct Counters {
     usage: Usage,
     /// Tokens held by calls in flight.
-    reserved: u64,
+    reserved: Spent,
     in_flight: usize,
     /// Refusals that may still be recorded now (a token bucket).
     refusal_allowance: f64,
     allowance_at: Instant,
+    /// The slot's ledger, appended to each time the spend changes.
+    ledger: Option<LedgerWriter>,
 }
 
 impl Default for Counters {
     fn default() -> Self {
         Counters {
             usage: Usage::default(),
-            reserved: 0,
+            reserved: Spent::default(),
             in_flight: 0,
             refusal_allowance: REFUSAL_BURST,
             allowance_at: Instant::now(),
+            ledger: None,
+        }
+    }
+}
+
+impl Counters {
+    /// Tokens charged or held by calls in flight.
+    fn committed(&self) -> u64 {
+        self.usage
+            .total_tokens()
+            .saturating_add(self.reserved.total())
+    }
+
+    /// Appends the spend to the ledger, if there is one. Called under the
+    /// episode's lock, so the lines follow the changes in order. `Err` with
+    /// the reason when the line could not be written.
+    fn write_ledger(&mut self) -> Result<(), String> {
+        let (charged, held) = (self.usage.charged(), self.reserved);
+        match &mut self.ledger {
+            Some(ledger) => ledger.write(charged, held),
+            None => Ok(()),
         }
     }
 }
@@ -191,18 +268,17 @@ pub(crate) struct RefusalPace {
 impl Episode {
     /// Tokens not yet used nor held by calls in flight.
     pub(crate) fn remaining(&self) -> u64 {
-        let c = self.lock_counters();
-        self.budget
-            .saturating_sub(c.usage.total_tokens().saturating_add(c.reserved))
+        self.budget.saturating_sub(self.lock_counters().committed())
     }
 
     /// The refusal for a call when nothing is left, if nothing is.
     pub(crate) fn exhausted(&self) -> Option<BudgetRefusal> {
         let c = self.lock_counters();
-        let committed = c.usage.total_tokens().saturating_add(c.reserved);
+        let committed = c.committed();
         (committed >= self.budget).then_some(BudgetRefusal::Exhausted {
             committed,
             budget: self.budget,
+            carried: c.usage.carried_tokens(),
         })
     }
 
@@ -213,12 +289,13 @@ impl Episode {
     /// reservations in flight and the tokens used never exceed the budget.
     pub(crate) fn reserve(self: &Arc<Self>, ask: Ask) -> Result<Reservation, BudgetRefusal> {
         let mut c = self.lock_counters();
-        let committed = c.usage.total_tokens().saturating_add(c.reserved);
+        let committed = c.committed();
         let remaining = self.budget.saturating_sub(committed);
         let refusal = if remaining == 0 {
             Some(BudgetRefusal::Exhausted {
                 committed,
                 budget: self.budget,
+                carried: c.usage.carried_tokens(),
             })
         } else {
             let room = remaining.saturating_sub(ask.input_bound) / ask.choices.max(1);
@@ -226,6 +303,7 @@ impl Episode {
                 input_bound: ask.input_bound,
                 remaining,
                 budget: self.budget,
+                carried: c.usage.carried_tokens(),
             })
         };
         if let Some(refusal) = refusal {
@@ -239,7 +317,16 @@ impl Episode {
             .fold(room, u64::min)
             .max(1);
         let output = cap * ask.choices.max(1);
-        c.reserved += ask.input_bound + output;
+        c.reserved.input_tokens += ask.input_bound;
+        c.reserved.output_tokens += output;
+        // On disk before the call goes upstream: a harness that dies while
+        // the call is in flight leaves it counted. A call that cannot be
+        // counted there does not go.
+        if let Err(reason) = c.write_ledger() {
+            c.reserved.input_tokens -= ask.input_bound;
+            c.reserved.output_tokens -= output;
+            return Err(BudgetRefusal::Unrecorded { reason });
+        }
         Ok(Reservation {
             episode: self.clone(),
             input: ask.input_bound,
@@ -290,9 +377,8 @@ impl Episode {
 
     fn settle(&self, reservation: &Reservation, settlement: Settlement) {
         let mut c = self.lock_counters();
-        c.reserved = c
-            .reserved
-            .saturating_sub(reservation.input + reservation.output);
+        c.reserved.input_tokens = c.reserved.input_tokens.saturating_sub(reservation.input);
+        c.reserved.output_tokens = c.reserved.output_tokens.saturating_sub(reservation.output);
         let usage = &mut c.usage;
         usage.calls += 1;
         let charged = match settlement {
@@ -318,6 +404,9 @@ impl Episode {
         usage.output_tokens += charged.output;
         usage.overrun_tokens +=
             (charged.input + charged.output).saturating_sub(reservation.input + reservation.output);
+        // A failure is kept for the handle (`ledger_error`); the reservation
+        // line already on disk still holds the call.
+        let _ = c.write_ledger();
     }
 
     fn usage(&self) -> Usage {
@@ -418,11 +507,13 @@ impl Registry {
 
     /// Opens an episode and registers its token. `file` is its trajectory,
     /// already open for appending; `None` opens `spec.trajectory_path` (its
-    /// last component not followed).
+    /// last component not followed). With a `ledger`, the episode starts from
+    /// what earlier attempts of its slot spent and appends its spend to it.
     pub(crate) fn open(
         self: &Arc<Self>,
         spec: EpisodeSpec,
         file: Option<File>,
+        ledger: Option<Ledger>,
         api_key: Option<&str>,
     ) -> Result<EpisodeHandle, GatewayError> {
         let token = new_token().map_err(GatewayError::Token)?;
@@ -438,11 +529,23 @@ impl Registry {
                 }
             })?,
         };
+        let mut counters = Counters::default();
+        if let Some(ledger) = ledger {
+            let carried = ledger.carried();
+            let usage = &mut counters.usage;
+            usage.input_tokens = carried.input_tokens;
+            usage.output_tokens = carried.output_tokens;
+            usage.carried_input_tokens = carried.input_tokens;
+            usage.carried_output_tokens = carried.output_tokens;
+            counters.ledger = Some(ledger.into_writer(spec.id.clone()));
+            // Failures are kept for the handle; each reservation writes again.
+            let _ = counters.write_ledger();
+        }
         let episode = Arc::new(Episode {
             id: spec.id,
             budget: spec.token_budget,
             token: token.clone(),
-            counters: Mutex::default(),
+            counters: Mutex::new(counters),
             idle: Condvar::new(),
             trajectory: Arc::new(Mutex::new(trajectory)),
             writer: self.writer.clone(),
@@ -502,6 +605,15 @@ impl EpisodeHandle {
         usage.total_tokens() >= self.episode.budget || usage.budget_refusals > 0
     }
 
+    /// The first failure to write the ledger, if any.
+    pub fn ledger_error(&self) -> Option<String> {
+        self.episode
+            .lock_counters()
+            .ledger
+            .as_ref()
+            .and_then(|l| l.error().map(str::to_string))
+    }
+
     /// The first failure to write the trajectory file, if any.
     pub fn trajectory_error(&self) -> Option<String> {
         self.episode
@@ -522,6 +634,13 @@ impl EpisodeHandle {
     /// Revokes the token (further calls get 401), waits a few seconds at most for
     /// exchanges in flight to be settled and written, and returns the final usage.
     pub fn close(self) -> Usage {
+        self.end()
+    }
+
+    /// Like [`EpisodeHandle::close`], keeping the handle to read the errors
+    /// ([`EpisodeHandle::ledger_error`], [`EpisodeHandle::trajectory_error`])
+    /// once everything in flight is written.
+    pub fn end(&self) -> Usage {
         self.registry.remove(&self.episode.token);
         self.episode.wait_idle(CLOSE_GRACE);
         self.episode.usage()
@@ -589,10 +708,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let registry = registry();
         let closed = registry
-            .open(spec(dir.path(), "a", 10), None, None)
+            .open(spec(dir.path(), "a", 10), None, None, None)
             .unwrap();
         let dropped = registry
-            .open(spec(dir.path(), "b", 10), None, None)
+            .open(spec(dir.path(), "b", 10), None, None, None)
             .unwrap();
         let (closed_token, dropped_token) =
             (closed.token().to_string(), dropped.token().to_string());
@@ -617,6 +736,7 @@ mod tests {
                 },
                 None,
                 None,
+                None,
             )
             .unwrap_err();
         assert!(err.to_string().contains("file/t.jsonl"), "{err}");
@@ -635,7 +755,7 @@ mod tests {
     fn reservations_never_hold_more_than_the_budget() {
         let dir = tempfile::tempdir().unwrap();
         let handle = registry()
-            .open(spec(dir.path(), "r", 1000), None, None)
+            .open(spec(dir.path(), "r", 1000), None, None, None)
             .unwrap();
         let episode = handle.episode.clone();
         let first = episode.reserve(ask(100, Some(200_000), 1)).unwrap();
@@ -645,7 +765,8 @@ mod tests {
             episode.reserve(ask(10, Some(10), 1)).unwrap_err(),
             BudgetRefusal::Exhausted {
                 committed: 1000,
-                budget: 1000
+                budget: 1000,
+                carried: 0,
             }
         );
         // Settled with less than reserved: the rest is free again.
@@ -673,7 +794,7 @@ mod tests {
     fn an_input_bound_larger_than_what_is_left_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let handle = registry()
-            .open(spec(dir.path(), "i", 500), None, None)
+            .open(spec(dir.path(), "i", 500), None, None, None)
             .unwrap();
         let episode = handle.episode.clone();
         for bound in [500, 10_000_000] {
@@ -693,10 +814,89 @@ mod tests {
     }
 
     #[test]
+    fn a_ledger_carries_the_slots_spend_into_the_budget_and_records_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        std::fs::write(
+            &path,
+            "{\"tokens_in\": 300, \"tokens_out\": 200, \"held_in\": 0, \"held_out\": 100, \"closed\": true}\n",
+        )
+        .unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let ledger = Ledger::resume(file, path.clone()).unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "l", 1000), None, Some(ledger), None)
+            .unwrap();
+        let usage = handle.usage();
+        assert_eq!((usage.input_tokens, usage.output_tokens), (300, 300));
+        assert_eq!(usage.carried_tokens(), 600);
+        let episode = handle.episode.clone();
+        assert_eq!(episode.remaining(), 400);
+        let reservation = episode.reserve(ask(100, Some(1_000), 1)).unwrap();
+        assert_eq!(reservation.cap, 300);
+        let refused = episode.reserve(ask(1, None, 1)).unwrap_err();
+        assert!(refused
+            .message()
+            .contains("600 tokens of the budget were spent by earlier attempts"));
+        reservation.settle(Settlement::Metered {
+            tokens: TokenCount {
+                input: 90,
+                output: 10,
+            },
+            estimated: false,
+            failed: false,
+        });
+        assert!(handle.ledger_error().is_none());
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // The earlier line, the opening, the reservation, the settlement.
+        assert_eq!(lines.len(), 4);
+        assert_eq!(
+            (&lines[2]["held_in"], &lines[2]["held_out"]),
+            (&100.into(), &300.into())
+        );
+        assert_eq!(
+            (&lines[3]["tokens_in"], &lines[3]["tokens_out"]),
+            (&390.into(), &310.into())
+        );
+        assert_eq!(lines[3]["held_in"], 0);
+    }
+
+    #[test]
+    fn a_call_whose_reservation_cannot_be_recorded_is_not_forwarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        std::fs::write(&path, "").unwrap();
+        // Read-only: every append fails.
+        let ledger = Ledger::resume(File::open(&path).unwrap(), path.clone()).unwrap();
+        let handle = registry()
+            .open(spec(dir.path(), "u", 1000), None, Some(ledger), None)
+            .unwrap();
+        let episode = handle.episode.clone();
+        let refused = episode.reserve(ask(10, Some(10), 1)).unwrap_err();
+        assert!(matches!(refused, BudgetRefusal::Unrecorded { .. }));
+        assert!(
+            refused.message().contains("ledger.jsonl"),
+            "{}",
+            refused.message()
+        );
+        assert_eq!(episode.remaining(), 1000, "nothing stays reserved");
+        assert!(handle.ledger_error().is_some());
+        assert_eq!(handle.usage().budget_refusals, 0);
+    }
+
+    #[test]
     fn refusals_beyond_the_burst_are_paced_and_not_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let handle = registry()
-            .open(spec(dir.path(), "p", 5), None, None)
+            .open(spec(dir.path(), "p", 5), None, None, None)
             .unwrap();
         let paces: Vec<_> = (0..30).map(|_| handle.episode.pace_refusal()).collect();
         let recorded = paces.iter().filter(|p| p.record).count();

@@ -81,8 +81,10 @@ impl Shared {
         &self,
         spec: EpisodeSpec,
         file: Option<std::fs::File>,
+        ledger: Option<super::Ledger>,
     ) -> Result<EpisodeHandle, GatewayError> {
-        self.episodes.open(spec, file, self.upstream.key_text())
+        self.episodes
+            .open(spec, file, ledger, self.upstream.key_text())
     }
 
     /// The open episode named by the request's `Authorization: Bearer` or
@@ -392,7 +394,9 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
     drop(body);
     let (upstream_headers, dropped_headers) = forwarded_headers(api, &shared.policy, &headers);
     // A byte-level tokenizer never makes more tokens than bytes: the JSON of
-    // what goes upstream (before the cap is added) bounds its input.
+    // what goes upstream (before the cap is added) bounds its text; the
+    // overhead adds the provider's wrapping and the most its images can be
+    // billed, which their bytes do not bound.
     let vetted_bytes = serde_json::to_vec(&vetted.body).map_or(u64::MAX, |v| v.len() as u64);
     let ask = Ask {
         input_bound: vetted_bytes.saturating_add(vetted.overhead),
@@ -410,11 +414,21 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
                 BudgetRefusal::InputTooLarge { .. } => {
                     (StatusCode::BAD_REQUEST, ErrorKind::BudgetTooSmall)
                 }
+                BudgetRefusal::Unrecorded { .. } => {
+                    (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Upstream)
+                }
             };
+            let mut message = budget.message();
+            if vetted.images > 0 {
+                message.push_str(&format!(
+                    " (its {} image(s) count for up to {} input tokens: the most `{}` can bill for them, whatever their bytes)",
+                    vetted.images,
+                    vetted.image_tokens,
+                    vetted.model()
+                ));
+            }
             let bytes = serde_json::to_vec(&vetted.body).unwrap_or_default();
-            return refusal
-                .refuse(status, kind, budget.message(), &bytes, true)
-                .await;
+            return refusal.refuse(status, kind, message, &bytes, true).await;
         }
     };
     let requested_model = vetted.requested_model.clone().filter(|m| {

@@ -54,10 +54,15 @@
 //! The budget is a hard limit. Before a call goes upstream the gateway reserves,
 //! under the episode's lock:
 //!
-//! - an input bound: the UTF-8 bytes of the JSON body it forwards plus a fixed
+//! - an input bound: the UTF-8 bytes of the JSON body it forwards (a
+//!   byte-level tokenizer never makes more tokens than bytes) plus a fixed
 //!   per-API overhead (64 tokens, plus 256 for OpenAI or 1 024 for Anthropic when
-//!   tools are offered, plus 4 096 per image) — a byte-level tokenizer never
-//!   makes more tokens than bytes;
+//!   tools are offered), plus, for each image, the most the model the request
+//!   goes to can bill for one image, whatever its bytes: 48 169 tokens on an
+//!   OpenAI upstream (gpt-4o-mini's eight 512-pixel tiles; 3 779 with
+//!   `detail: "low"`), 8 848 on an Anthropic one (a square of the 2 576-pixel
+//!   long edge), less for the models the gateway knows exactly (see
+//!   `gateway/images.rs`);
 //! - an output cap per choice: the smallest of what the agent asked for, the
 //!   model's own maximum where known, and what is left after the input bound,
 //!   divided by `n`. The cap is always sent: `max_completion_tokens` for the
@@ -80,10 +85,25 @@
 //! status, or that never connected, is charged nothing.
 //!
 //! Guarantee: the tokens charged to an episode (input + output) never exceed
-//! its budget, as long as the provider honours the output cap it is sent and
-//! counts no more input tokens than the request's bytes. Usage beyond a call's
+//! its budget, concurrent calls included, as long as the provider honours the
+//! output cap it is sent and bills no more input than the request's bytes plus
+//! the overhead and image bounds above. Usage beyond a call's
 //! reservation is still charged (it is what the provider bills) and counted in
 //! [`Usage::overrun_tokens`], so a provider breaking that rule is visible.
+//!
+//! # Attempts: the ledger
+//!
+//! The budget belongs to an episode slot, not to one attempt at it. An episode
+//! opened with [`Gateway::open_episode_with`] starts from what the slot's
+//! earlier attempts spent ([`Ledger::carried`], counted as used and reported in
+//! [`Usage::carried_input_tokens`] and [`Usage::carried_output_tokens`]) and
+//! appends one line to the slot's ledger file each time its spend changes: on
+//! each reservation, before the call goes upstream, and on each settlement; the
+//! campaign closes the attempt when its outcome is recorded ([`Ledger::close`]),
+//! calls still in flight charged whole. Only closed attempts are carried: an
+//! attempt the harness never closed (it was killed) is reported
+//! ([`Ledger::interrupted`]) but leaves the next attempt its budget. A
+//! reservation that cannot be written to the ledger is not forwarded (HTTP 503).
 //!
 //! # Bounded resources
 //!
@@ -123,6 +143,8 @@
 
 mod episode;
 mod handler;
+mod images;
+mod ledger;
 mod meter;
 mod policy;
 mod trajectory;
@@ -136,6 +158,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use episode::{EpisodeHandle, EpisodeSpec, Usage};
+pub use ledger::{Ledger, LedgerError, Spent};
 pub use policy::RequestPolicy;
 
 use crate::provider::ApiKind;
@@ -383,7 +406,7 @@ impl Gateway {
     /// file or nothing (a symbolic link is refused). The token works until the
     /// handle is closed or dropped.
     pub fn open_episode(&self, spec: EpisodeSpec) -> Result<EpisodeHandle, GatewayError> {
-        self.shared.open_episode(spec, None)
+        self.shared.open_episode(spec, None, None)
     }
 
     /// Opens an episode whose trajectory is `file`, already open for appending
@@ -393,7 +416,20 @@ impl Gateway {
         spec: EpisodeSpec,
         file: std::fs::File,
     ) -> Result<EpisodeHandle, GatewayError> {
-        self.shared.open_episode(spec, Some(file))
+        self.shared.open_episode(spec, Some(file), None)
+    }
+
+    /// Opens one attempt at an episode slot: its trajectory is `file`, already
+    /// open for appending, and its budget is what the slot's earlier attempts
+    /// left ([`Ledger::carried`] counts as used from the start). Its spend is
+    /// appended to the ledger as the calls are reserved and settled.
+    pub fn open_episode_with(
+        &self,
+        spec: EpisodeSpec,
+        file: std::fs::File,
+        ledger: Ledger,
+    ) -> Result<EpisodeHandle, GatewayError> {
+        self.shared.open_episode(spec, Some(file), Some(ledger))
     }
 
     /// Stops accepting connections, lets responses in flight finish for a few

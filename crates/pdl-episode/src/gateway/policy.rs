@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use axum::http::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 
+use super::images::{image_bound, is_image_part};
 use crate::provider::ApiKind;
 
 /// Request fields forwarded to an OpenAI Chat Completions upstream. Everything
@@ -98,10 +99,6 @@ pub(crate) const MAX_CHOICES: u64 = 16;
 const INPUT_OVERHEAD: u64 = 64;
 const OPENAI_TOOLS_OVERHEAD: u64 = 256;
 const ANTHROPIC_TOOLS_OVERHEAD: u64 = 1_024;
-
-/// Tokens counted for each image part, whatever its bytes: a provider bills an
-/// image by its pixels (at most a few thousand tokens after its resizing).
-const IMAGE_TOKENS: u64 = 4_096;
 
 /// What the campaign allows through the gateway.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -211,14 +208,14 @@ impl RequestPolicy {
             }
         }
         let tools_offered = self.check_tools(api, &body)?;
-        let images = self.check_media(&body)?;
+        let media = self.check_media(api, &body)?;
         let overhead = INPUT_OVERHEAD
             + match (api, tools_offered) {
                 (_, false) => 0,
                 (ApiKind::OpenAi, true) => OPENAI_TOOLS_OVERHEAD,
                 (ApiKind::Anthropic, true) => ANTHROPIC_TOOLS_OVERHEAD,
             }
-            + images * IMAGE_TOKENS;
+            + media.image_tokens;
         Ok(Vetted {
             body,
             requested_model,
@@ -228,6 +225,8 @@ impl RequestPolicy {
             choices,
             stream,
             overhead,
+            images: media.images,
+            image_tokens: media.image_tokens,
         })
     }
 
@@ -267,9 +266,11 @@ impl RequestPolicy {
     }
 
     /// Refuses content the gateway cannot bound or that makes the provider fetch
-    /// a URL; returns the number of image parts.
-    fn check_media(&self, body: &Map<String, Value>) -> Result<u64, PolicyRefusal> {
-        let mut images = 0;
+    /// a URL; counts the image parts and the most they can be billed on the
+    /// model the request goes to ([`image_bound`]).
+    fn check_media(&self, api: ApiKind, body: &Map<String, Value>) -> Result<Media, PolicyRefusal> {
+        let model = body.get("model").and_then(Value::as_str).unwrap_or("");
+        let mut media = Media::default();
         let mut stack: Vec<&Value> = ["messages", "system"]
             .iter()
             .filter_map(|k| body.get(*k))
@@ -278,29 +279,49 @@ impl RequestPolicy {
             match value {
                 Value::Array(items) => stack.extend(items),
                 Value::Object(object) => {
-                    match object.get("type").and_then(Value::as_str) {
-                        Some("image_url" | "image" | "input_image") => {
-                            images += 1;
-                            if remote_source(object) && !self.allows_tool("remote_media") {
-                                return Err(PolicyRefusal::ProviderTool(
-                                    "an image given by URL makes the provider fetch it from the network, which this campaign does not enable (`remote_media`); send it inline (base64)".into(),
-                                ));
-                            }
-                        }
-                        Some(kind @ ("document" | "file" | "input_file" | "input_audio")) => {
-                            return Err(PolicyRefusal::Invalid(format!(
-                                "content of type `{kind}` is not accepted by the gateway: its token count cannot be bounded before the call"
-                            )));
-                        }
-                        _ => {}
+                    let kind = object.get("type").and_then(Value::as_str);
+                    if let Some(kind @ ("document" | "file" | "input_file" | "input_audio")) = kind
+                    {
+                        return Err(PolicyRefusal::Invalid(format!(
+                            "content of type `{kind}` is not accepted by the gateway: its token count cannot be bounded before the call"
+                        )));
                     }
-                    stack.extend(object.values());
+                    if is_image_part(object) {
+                        media.images += 1;
+                        media.image_tokens = media
+                            .image_tokens
+                            .saturating_add(image_bound(api, model, object));
+                        if remote_source(object) && !self.allows_tool("remote_media") {
+                            return Err(PolicyRefusal::ProviderTool(
+                                "an image given by URL makes the provider fetch it from the network, which this campaign does not enable (`remote_media`); send it inline (base64)".into(),
+                            ));
+                        }
+                    }
+                    // The arguments of a tool call the model made are its own
+                    // output echoed back, never content the provider reads as
+                    // an image or a document.
+                    let tool_use = kind.is_some_and(|k| k.ends_with("tool_use"));
+                    stack.extend(
+                        object
+                            .iter()
+                            .filter(|(key, _)| !(tool_use && key.as_str() == "input"))
+                            .map(|(_, v)| v),
+                    );
                 }
                 _ => {}
             }
         }
-        Ok(images)
+        Ok(media)
     }
+}
+
+/// The images of a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Media {
+    /// Image parts.
+    images: u64,
+    /// The most they can be billed, together.
+    image_tokens: u64,
 }
 
 /// True when an image part names an `http(s)` URL rather than inline data.
@@ -357,8 +378,13 @@ pub(crate) struct Vetted {
     pub choices: u64,
     /// Whether the agent asked for a stream.
     pub stream: bool,
-    /// Tokens the provider may add to the request's bytes.
+    /// Tokens the provider may add to the request's bytes: the wrapping of
+    /// messages and tools, and [`Vetted::image_tokens`].
     pub overhead: u64,
+    /// Image parts in the request.
+    pub images: u64,
+    /// The most input tokens its images can be billed, together.
+    pub image_tokens: u64,
 }
 
 impl Vetted {
@@ -631,7 +657,26 @@ mod tests {
         let body = object(json!({"messages": [{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}]}]}));
         let vetted = policy().inspect(ApiKind::Anthropic, body).unwrap();
-        assert_eq!(vetted.overhead, INPUT_OVERHEAD + IMAGE_TOKENS);
+        // The campaign's model is unknown: the worst case of the API.
+        assert_eq!((vetted.images, vetted.image_tokens), (1, 8_848));
+        assert_eq!(vetted.overhead, INPUT_OVERHEAD + 8_848);
+        // Two high-detail images and one low on gpt-4o-mini, one of them in the
+        // shape OpenAI takes without a `type`, and a tool call whose arguments
+        // mention an image (not one).
+        let body = object(json!({"messages": [
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "high"}},
+                {"image": "iVBORw0KGgo", "resize": 512},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "low"}}]}]}));
+        let vetted = RequestPolicy::for_model("gpt-4o-mini")
+            .inspect(ApiKind::OpenAi, body)
+            .unwrap();
+        assert_eq!(vetted.images, 3);
+        assert_eq!(vetted.image_tokens, 2 * 48_169 + 2_833);
+        let body = object(json!({"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t", "name": "show", "input": {"image": "a.png", "type": "document"}}]}]}));
+        let vetted = policy().inspect(ApiKind::Anthropic, body).unwrap();
+        assert_eq!(vetted.images, 0);
         let body = object(json!({"messages": [{"role": "user", "content": [
             {"type": "document", "source": {"type": "base64", "data": "JVBE"}}]}]}));
         assert!(matches!(

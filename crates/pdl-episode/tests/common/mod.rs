@@ -213,10 +213,11 @@ pub struct Received {
 }
 
 /// A test upstream that bills like an honest provider: input = its request
-/// bytes / 4 (never more tokens than bytes), output = the whole cap it was
-/// sent (the worst case a real model can produce) times `n`, or 5 000 when
-/// no cap was sent. A message containing `SLOW` is answered after `delay`.
-/// It records every request and the most it served at once.
+/// bytes / 4 (never more tokens than bytes) plus each image by the provider's
+/// published formula ([`image_tokens`]), output = the whole cap it was sent
+/// (the worst case a real model can produce) times `n`, or 5 000 when no cap
+/// was sent. A message containing `SLOW` is answered after `delay`. It records
+/// every request and the most it served at once.
 pub struct CountingUpstream {
     pub server: TestServer,
     pub received: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
@@ -254,7 +255,8 @@ impl CountingUpstream {
                     .and_then(Value::as_u64)
                     .unwrap_or(5000);
                 let n = body.get("n").and_then(Value::as_u64).unwrap_or(1);
-                let (input, output) = ((raw.len() / 4) as u64, cap * n);
+                let input = (raw.len() / 4) as u64 + image_tokens(&body);
+                let output = cap * n;
                 let model = body["model"].clone();
                 let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
                 let (content_type, text) = match (anthropic, stream) {
@@ -313,4 +315,109 @@ impl CountingUpstream {
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
     }
+}
+
+/// Decodes standard base64 (padding and unknown characters skipped).
+pub fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for sextet in text.bytes().filter_map(value) {
+        acc = (acc << 6) | u32::from(sextet);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The start of a PNG of `width` × `height` pixels, as a data URL: enough for a
+/// provider to read its size from the header (the pixels are not needed to
+/// bill it).
+pub fn png_data_url(width: u32, height: u32) -> String {
+    let mut png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+    png.extend(width.to_be_bytes());
+    png.extend(height.to_be_bytes());
+    png.extend([1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    format!("data:image/png;base64,{}", base64_encode(&png))
+}
+
+/// The size a data URL's PNG header gives, or 512 × 512.
+fn png_size(url: &str) -> (u64, u64) {
+    let data = base64_decode(url.split_once(',').map_or("", |(_, d)| d));
+    if data.len() >= 24 && data.starts_with(b"\x89PNG") {
+        let word = |at: usize| u64::from(u32::from_be_bytes(data[at..at + 4].try_into().unwrap()));
+        (word(16), word(20))
+    } else {
+        (512, 512)
+    }
+}
+
+/// The input tokens OpenAI bills for the images of a Chat Completions request,
+/// by its published formula for the tile models: with `detail: "low"` the
+/// base, otherwise the image scaled down to fit 2048 × 2048, then down to a
+/// shortest side of 768, and each 512-pixel tile on top of the base (gpt-4o-mini:
+/// 2 833 + 5 667 per tile; gpt-4o and the others: 85 + 170).
+pub fn image_tokens(body: &Value) -> u64 {
+    let model = body["model"].as_str().unwrap_or("");
+    let (base, tile) = if model.contains("4o-mini") {
+        (2_833, 5_667)
+    } else {
+        (85, 170)
+    };
+    let mut total = 0;
+    let mut stack = vec![body.get("messages").cloned().unwrap_or(Value::Null)];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(object) => {
+                if object.get("type").and_then(Value::as_str) == Some("image_url") {
+                    let image = &object["image_url"];
+                    total += if image["detail"] == "low" {
+                        base
+                    } else {
+                        let (w, h) = png_size(image["url"].as_str().unwrap_or(""));
+                        let (mut w, mut h) = (w as f64, h as f64);
+                        let fit = (2048.0 / w.max(h)).min(1.0);
+                        (w, h) = (w * fit, h * fit);
+                        let short = (768.0 / w.min(h)).min(1.0);
+                        (w, h) = (w * short, h * short);
+                        base + tile * ((w / 512.0).ceil() * (h / 512.0).ceil()) as u64
+                    };
+                }
+                stack.extend(object.into_iter().map(|(_, v)| v));
+            }
+            _ => {}
+        }
+    }
+    total
 }

@@ -113,7 +113,7 @@ pub(crate) fn episode_total(report: &RunReport) -> String {
 pub(crate) fn interval_method() -> String {
     format!(
         "95% intervals: percentile bootstrap of the mean ({BOOTSTRAP_RESAMPLES} resamples, fixed seed); \
-         harness errors are left out of every mean."
+         harness errors are left out of every reward mean (their tokens count)."
     )
 }
 

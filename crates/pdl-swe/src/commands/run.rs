@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
-use pdl_episode::campaign::{run_campaign, AgentSpec, CampaignEvent, CampaignSettings};
+use pdl_episode::campaign::{
+    check_private_folders, run_campaign, AgentSpec, CampaignEvent, CampaignSettings,
+};
 use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
 
 use pdl_report::terminal_safe;
@@ -106,10 +108,20 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         }
         allowed_provider_tools.insert(name.clone());
     }
+    // Agents must not read the run folder or the work folder: checked before
+    // anything is created, then again for the work folder the harness made.
+    check_private_folders(&args.out, args.run.work_dir.as_deref(), &args.agent_paths)
+        .map_err(ExitError::usage)?;
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     report_load_errors(&ds.errors);
     let settings = resolve(&args.run)?;
+    check_private_folders(
+        &args.out,
+        Some(settings.grader.work_root()),
+        &args.agent_paths,
+    )
+    .map_err(ExitError::usage)?;
     let campaign = CampaignSettings {
         run_dir: args.out.clone(),
         agents,
@@ -124,6 +136,10 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         gateway_limits: GatewayLimits {
             max_request_bytes: max_request_bytes(args.max_request_mib)?,
             ..GatewayLimits::default()
+        },
+        scratch: pdl_sandbox::ScratchBounds {
+            bytes: args.episode_disk_mib << 20,
+            inodes: args.episode_inodes,
         },
     };
     let mut bar = None;
