@@ -373,20 +373,23 @@ pub fn build_graded_tree(
     hidden: &[RepoFile],
 ) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir(dir)?;
+    // Every file is created new, relative to the folder's descriptor, one
+    // plain component at a time and never through a link (`pdl_fs::Dir`);
+    // a path that is not a safe repository path is refused before any call.
+    let root = pdl_fs::Dir::open(dir)?;
     let write = |path: &str, bytes: &[u8], executable: bool| -> std::io::Result<()> {
-        let target = dir.join(path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
+        pdl_task::safe::check_repo_path(path).map_err(|why| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: unsafe path: {why}", dir.join(path).display()),
+            )
+        })?;
+        let mut file = root.open_file(Path::new(path), pdl_fs::OpenMode::CreateNew)?;
+        if executable {
+            file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if executable { 0o755 } else { 0o644 })
-            .custom_flags(libc_nofollow())
-            .open(&target)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", target.display())))?;
         file.write_all(bytes)
     };
     for file in pristine {
@@ -412,12 +415,6 @@ pub fn build_graded_tree(
     Ok(())
 }
 
-fn libc_nofollow() -> i32 {
-    // O_NOFOLLOW: the harness made every folder on the way; the flag keeps it
-    // that way even if something raced it.
-    libc::O_NOFOLLOW
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +426,27 @@ mod tests {
                 content: c.to_string(),
             })
             .collect()
+    }
+
+    #[test]
+    fn the_graded_tree_is_written_beneath_its_folder_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let traversal = format!("tests/hidden/{}outside.txt", "../".repeat(3));
+        for (i, bad) in [
+            traversal.as_str(),
+            "/tmp/pdl-abs.txt",
+            ".git/config",
+            "tests/hidden/a\u{1b}b.py",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let dir = tmp.path().join(format!("graded{i}"));
+            let hidden = files(&[(bad, "x")]);
+            let err = build_graded_tree(&dir, &[], &BTreeMap::new(), &hidden).unwrap_err();
+            assert!(err.to_string().contains("unsafe path"), "{bad}: {err}");
+        }
+        assert!(!tmp.path().join("outside.txt").exists());
     }
 
     fn policy() -> PatchPolicy {

@@ -1,12 +1,17 @@
 //! Running a list of jobs in parallel ([`execute`]): workers pull jobs in order;
 //! every result is handed to the caller's thread as soon as it is known, so the
 //! caller can write it out and show progress at once.
+//!
+//! Once the harness is asked to stop ([`pdl_sandbox::interrupt`]), no further
+//! job starts and results that arrive afterwards are dropped: they may come
+//! from runs the interruption cut short, and must not be recorded as real.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 /// Runs `work` over `jobs` on `parallelism` threads. `on_result` runs on the
-/// calling thread, once per job, in completion order, with the job's index.
+/// calling thread, once per job, in completion order, with the job's index;
+/// after an interruption it is not called again (see the module docs).
 pub fn execute<J, R, W, F>(jobs: &[J], parallelism: usize, work: W, mut on_result: F)
 where
     J: Sync,
@@ -23,6 +28,9 @@ where
             let next = &next;
             let work = &work;
             scope.spawn(move || loop {
+                if pdl_sandbox::interrupt::requested() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= jobs.len() {
                     break;
@@ -35,6 +43,9 @@ where
         }
         drop(tx);
         for (i, result) in rx {
+            if pdl_sandbox::interrupt::requested() {
+                continue;
+            }
             on_result(i, result);
         }
     });

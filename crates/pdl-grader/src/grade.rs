@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pdl_sandbox::{Enforcement, ProcessRunner, ResourceLimits, RunStatus};
 use pdl_task::diff::{parse_patch_with, PatchLimits};
+use pdl_task::task::HIDDEN_DIR;
 use pdl_task::{RepoFile, RewardFormula, RewardInputs, Task};
 use sha2::{Digest, Sha256};
 
@@ -221,12 +222,27 @@ impl Grader {
             })
             .take(40)
             .collect();
+        // The task ID is a safe name once loaded; it is filtered again here so
+        // that a grading folder is always directly inside the work root.
+        let task: String = task
+            .row
+            .task_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(128)
+            .collect();
         std::fs::create_dir_all(&self.settings.work_root)?;
         // It holds the hidden tests and, for gold, the reference solution:
         // nobody but the harness may look inside (the default mode would let
         // every local user, and an agent sharing the harness's uid, read it).
         let mut dir = tempfile::Builder::new()
-            .prefix(&format!("{}-{safe}-", task.row.task_id))
+            .prefix(&format!("{task}-{safe}-"))
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(&self.settings.work_root)?;
         dir.disable_cleanup(self.settings.keep_workdirs);
@@ -720,17 +736,30 @@ impl Stop {
     }
 }
 
-/// The hidden test files `test_patch` creates (it may only create files).
+/// The hidden test files `test_patch` creates (it may only create files, each
+/// at a safe path under `tests/hidden/`; the loader checks this too).
 pub fn hidden_files(task: &Task) -> Result<Vec<RepoFile>, String> {
     let set = pdl_task::diff::parse_patch(&task.row.test_patch)
         .map_err(|e| format!("task defect: test_patch is not a valid diff: {e}"))?;
     set.files
         .iter()
         .map(|f| match (f.kind, &f.new_path, f.added_content()) {
-            (pdl_task::diff::ChangeKind::Added, Some(path), Some(content)) => Ok(RepoFile {
-                path: path.clone(),
-                content,
-            }),
+            (pdl_task::diff::ChangeKind::Added, Some(path), Some(content)) => {
+                if let Err(why) = pdl_task::safe::check_repo_path(path) {
+                    return Err(format!(
+                        "task defect: test_patch: unsafe path `{path}`: {why}"
+                    ));
+                }
+                if path.len() <= HIDDEN_DIR.len() || !path.starts_with(HIDDEN_DIR) {
+                    return Err(format!(
+                        "task defect: test_patch: `{path}` is not under {HIDDEN_DIR}"
+                    ));
+                }
+                Ok(RepoFile {
+                    path: path.clone(),
+                    content,
+                })
+            }
             _ => Err(format!(
                 "task defect: test_patch does more than create text files ({})",
                 f.touched_paths().join(", ")

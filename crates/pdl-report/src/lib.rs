@@ -36,6 +36,7 @@ pub mod load;
 pub mod render;
 pub mod report;
 pub mod stats;
+pub mod terminal;
 #[cfg(test)]
 mod testutil;
 
@@ -50,3 +51,4 @@ pub use report::{
     OverallGroup, RecordCounts, RunReport, Stats, TaskCalibration, TaskGroup, TaskInfo, TierGroup,
 };
 pub use stats::Interval;
+pub use terminal::terminal_safe;

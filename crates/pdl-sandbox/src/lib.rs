@@ -11,6 +11,7 @@
 
 mod cgroup;
 pub mod command;
+pub mod interrupt;
 pub mod namespaces;
 pub mod outcome;
 pub mod runner;

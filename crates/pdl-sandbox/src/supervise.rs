@@ -116,17 +116,33 @@ fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Waits for the child until `deadline`; `None` when the deadline passed first.
-fn wait_until(child: &mut Child, pidfd: Option<&OwnedFd>, deadline: Instant) -> Option<ExitStatus> {
+/// How waiting for the child ended.
+enum Waited {
+    /// The child exited.
+    Exited(ExitStatus),
+    /// The deadline passed first.
+    Deadline,
+    /// The harness was asked to stop ([`crate::interrupt`]).
+    Interrupted,
+}
+
+/// Waits for the child until `deadline` (none: no bound) or an interruption.
+fn wait_until(child: &mut Child, pidfd: Option<&OwnedFd>, deadline: Option<Instant>) -> Waited {
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
+            return Waited::Exited(status);
+        }
+        if crate::interrupt::requested() {
+            return Waited::Interrupted;
         }
         let now = Instant::now();
-        if now >= deadline {
-            return None;
+        if deadline.is_some_and(|d| now >= d) {
+            return Waited::Deadline;
         }
-        let remaining = deadline - now;
+        // Wake at least every 100 ms to notice an interruption.
+        let slice = deadline
+            .map_or(Duration::MAX, |d| d - now)
+            .min(Duration::from_millis(100));
         match pidfd {
             Some(fd) => {
                 let mut pfd = libc::pollfd {
@@ -134,11 +150,11 @@ fn wait_until(child: &mut Child, pidfd: Option<&OwnedFd>, deadline: Instant) -> 
                     events: libc::POLLIN,
                     revents: 0,
                 };
-                let ms = remaining.as_millis().min(i32::MAX as u128) as i32;
+                let ms = slice.as_millis() as i32;
                 // SAFETY: one valid pollfd.
                 unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
             }
-            None => std::thread::sleep(remaining.min(Duration::from_millis(5))),
+            None => std::thread::sleep(slice.min(Duration::from_millis(5))),
         }
     }
 }
@@ -258,6 +274,12 @@ pub(crate) fn run_supervised(
             Ok(())
         });
     }
+    if crate::interrupt::requested() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            "the harness is stopping; no run starts",
+        ));
+    }
     let started = Instant::now();
     let spawned = command.spawn();
     // Our copies of the handed-over descriptors and of the pipe's write ends
@@ -266,6 +288,7 @@ pub(crate) fn run_supervised(
     drop(command);
     let mut child = spawned?;
     let pid = child.id() as i32;
+    let registered = crate::interrupt::register(pid);
     let pidfd = pidfd_open(pid);
     let stop = Arc::new(AtomicBool::new(false));
     let drain_thread: JoinHandle<OutputStats> = {
@@ -279,20 +302,23 @@ pub(crate) fn run_supervised(
             let _ = pipe.write_all(&bytes);
         });
     }
-    let deadline = started + limits.wall_time;
+    // A bound too far to represent is no bound (the dataset's is capped
+    // anyway); adding must never panic.
+    let deadline = started.checked_add(limits.wall_time);
     let mut timed_out = false;
     let status = match wait_until(&mut child, pidfd.as_ref(), deadline) {
-        Some(status) => Some(status),
-        None => {
+        Waited::Exited(status) => Some(status),
+        Waited::Interrupted => {
+            kill_group(pid, libc::SIGKILL);
+            child.wait().ok()
+        }
+        Waited::Deadline => {
             timed_out = true;
             kill_group(pid, libc::SIGTERM);
-            match wait_until(
-                &mut child,
-                pidfd.as_ref(),
-                Instant::now() + limits.kill_grace,
-            ) {
-                Some(s) => Some(s),
-                None => {
+            let grace = Instant::now().checked_add(limits.kill_grace);
+            match wait_until(&mut child, pidfd.as_ref(), grace) {
+                Waited::Exited(s) => Some(s),
+                Waited::Deadline | Waited::Interrupted => {
                     kill_group(pid, libc::SIGKILL);
                     child.wait().ok()
                 }
@@ -301,6 +327,7 @@ pub(crate) fn run_supervised(
     };
     // Whatever the leader left behind in its group goes too.
     kill_group(pid, libc::SIGKILL);
+    drop(registered);
     let duration = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     let output = drain_thread.join().unwrap_or_default();

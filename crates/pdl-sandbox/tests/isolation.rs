@@ -676,3 +676,20 @@ fn the_tail_of_long_output_is_kept_in_memory() {
     );
     assert!(std::fs::metadata(&r.output_path).unwrap().len() < 2000);
 }
+
+#[test]
+fn a_bound_too_far_to_represent_never_panics() {
+    for bound in [Duration::MAX, Duration::from_secs(i64::MAX as u64)] {
+        let s = Scratch::new();
+        let r = runner().run(&s.sh("echo done").wall_time(bound));
+        assert_eq!(
+            r.status,
+            RunStatus::Exited { code: 0 },
+            "{}",
+            r.output_tail(500)
+        );
+        let s = Scratch::new();
+        let r = PlainRunner.run(&s.sh("echo done").wall_time(bound));
+        assert_eq!(r.status, RunStatus::Exited { code: 0 });
+    }
+}

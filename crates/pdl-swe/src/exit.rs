@@ -9,6 +9,10 @@ pub const FAILURES: i32 = 1;
 pub const USAGE: i32 = 2;
 /// The machine cannot run the command (no Python, no sandbox).
 pub const ENVIRONMENT: i32 = 3;
+/// The command was stopped by SIGINT (Ctrl-C) or SIGTERM: its sandboxes were
+/// killed and the records written before the signal are kept (128 + SIGINT,
+/// as shells report it).
+pub const INTERRUPTED: i32 = 130;
 
 /// An error that carries its exit code.
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod exit;
+mod interrupt;
 mod render;
 mod settings;
 
@@ -18,6 +19,19 @@ fn main() {
         pdl_sandbox::init_main();
     }
     let cli = cli::Cli::parse();
+    let runs_sandboxes = matches!(
+        &cli.command,
+        cli::Command::Validate(_)
+            | cli::Command::Calibrate(_)
+            | cli::Command::Grade(_)
+            | cli::Command::Run(_)
+    );
+    if runs_sandboxes {
+        if let Err(e) = interrupt::install() {
+            eprintln!("error: cannot handle Ctrl-C and SIGTERM: {e}");
+            std::process::exit(exit::ENVIRONMENT);
+        }
+    }
     let result = match &cli.command {
         cli::Command::Tasks(cmd) => commands::tasks::run(cmd),
         cli::Command::Validate(args) => commands::validate::run(args),
@@ -32,7 +46,10 @@ fn main() {
     let code = match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {:#}", e.error);
+            eprintln!(
+                "error: {}",
+                pdl_report::terminal_safe(&format!("{:#}", e.error))
+            );
             e.code
         }
     };

@@ -10,17 +10,21 @@ use pdl_grader::changes::TreeLimits;
 use pdl_grader::{find_interpreter, EnvManager, GradeSettings, Grader};
 use pdl_sandbox::{ProcessRunner, ResourceLimits, SandboxKind};
 use pdl_task::diff::PatchLimits;
+use pdl_task::safe::MAX_TEST_TIMEOUT_S;
 use pdl_task::Dataset;
 
 use crate::cli::{DatasetArgs, RunArgs, SandboxChoice};
 use crate::exit::ExitError;
 
-/// Loads the dataset named on the command line, or the bundled suite.
+/// Loads the dataset named on the command line, or the bundled suite, and
+/// prints its load warnings.
 pub fn load_dataset(args: &DatasetArgs) -> Result<Dataset, ExitError> {
-    match &args.dataset {
-        None => Ok(pdl_suite::bundled()),
-        Some(path) => Dataset::load(path).map_err(ExitError::usage),
-    }
+    let dataset = match &args.dataset {
+        None => pdl_suite::bundled(),
+        Some(path) => Dataset::load(path).map_err(ExitError::usage)?,
+    };
+    crate::commands::report_load_warnings(&dataset.warnings);
+    Ok(dataset)
 }
 
 /// Everything a grading command needs.
@@ -81,10 +85,10 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
         }
     };
     let test_timeout = match args.test_timeout {
-        Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
+        Some(s) if s > 0.0 && s <= MAX_TEST_TIMEOUT_S as f64 => Some(Duration::from_secs_f64(s)),
         Some(s) => {
             return Err(ExitError::usage(anyhow::anyhow!(
-                "--test-timeout must be a positive number of seconds, not {s}"
+                "--test-timeout must be a number of seconds above 0 and at most {MAX_TEST_TIMEOUT_S}, not {s}"
             )))
         }
         None => None,

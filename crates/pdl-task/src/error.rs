@@ -90,12 +90,23 @@ pub enum WriteError {
         /// The failure.
         message: String,
     },
+    /// A path beneath the destination could not be used safely (a link, a
+    /// file where a folder belongs, a path that would leave it).
+    #[error("{0}")]
+    Fs(pdl_fs::FsError),
+    /// A task's folder already exists and is not empty.
+    #[error("{0}: already exists and is not empty; export writes new task folders only (remove it first)")]
+    Exists(PathBuf),
     /// The destination's extension names no known format.
     #[error("{0}: unknown dataset format (use a .parquet or .jsonl file, or a folder)")]
     UnknownFormat(PathBuf),
 }
 
 impl WriteError {
+    pub(crate) fn fs(e: pdl_fs::FsError) -> Self {
+        WriteError::Fs(e)
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         WriteError::Io {
             path: path.into(),

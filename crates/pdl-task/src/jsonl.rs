@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{LoadError, WriteError};
 use crate::row::{ColumnType, InstanceRow, RepoFile, COLUMNS};
+use crate::safe::MAX_TASK_BYTES;
 use crate::task::{Task, TaskExtras};
 
 /// The key our JSONL rows use for [`TaskExtras`].
@@ -127,10 +128,51 @@ pub fn row_from_object(obj: &Map<String, Value>) -> Result<InstanceRow, (String,
 /// Parses JSONL text. Each bad line becomes its own error; good lines still load.
 /// Blank lines are skipped.
 pub fn parse_jsonl(text: &str, source: &str) -> (Vec<Task>, Vec<LoadError>) {
+    parse_jsonl_bytes(text.as_bytes(), source)
+}
+
+/// Parses JSONL bytes. Each bad line (not UTF-8, longer than
+/// [`MAX_TASK_BYTES`], not JSON, not a valid row) becomes its own error naming
+/// the line; good lines still load. Blank lines are skipped.
+pub fn parse_jsonl_bytes(bytes: &[u8], source: &str) -> (Vec<Task>, Vec<LoadError>) {
     let mut tasks = Vec::new();
     let mut errors = Vec::new();
-    for (index, line) in text.lines().enumerate() {
+    let mut raw_lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    if raw_lines.last().is_some_and(|l| l.is_empty()) {
+        raw_lines.pop();
+    }
+    for (index, raw) in raw_lines.into_iter().enumerate() {
         let line_name = format!("line {}", index + 1);
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if raw.len() as u64 > MAX_TASK_BYTES {
+            errors.push(
+                LoadError::source(
+                    source,
+                    format!(
+                        "{} bytes; a row may hold at most {MAX_TASK_BYTES}",
+                        raw.len()
+                    ),
+                )
+                .at_row(line_name),
+            );
+            continue;
+        }
+        let line = match std::str::from_utf8(raw) {
+            Ok(line) => line,
+            Err(e) => {
+                errors.push(
+                    LoadError::source(
+                        source,
+                        format!(
+                            "not UTF-8 text (invalid byte at column {})",
+                            e.valid_up_to() + 1
+                        ),
+                    )
+                    .at_row(line_name),
+                );
+                continue;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -205,7 +247,9 @@ pub fn task_to_line(task: &Task) -> String {
 
 /// Writes tasks as JSONL.
 pub fn write_jsonl(tasks: &[Task], path: &Path) -> Result<(), WriteError> {
-    let file = std::fs::File::create(path).map_err(|e| WriteError::io(path, e))?;
+    // Replaced, never written through a link at its path.
+    let file =
+        pdl_fs::open_file_nofollow(path, pdl_fs::OpenMode::Truncate).map_err(WriteError::fs)?;
     let mut out = std::io::BufWriter::new(file);
     for task in tasks {
         writeln!(out, "{}", task_to_line(task)).map_err(|e| WriteError::io(path, e))?;
@@ -272,6 +316,23 @@ mod tests {
             shown[4].contains("line 7: expected a JSON object"),
             "{}",
             shown[4]
+        );
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_costs_only_itself() {
+        let mut bytes = line(&[]).into_bytes();
+        bytes.extend_from_slice(b"\n{\"instance_id\": \"x\xff\"}\r\n");
+        bytes.extend_from_slice(
+            line(&[("instance_id", "u-v1".into()), ("task_id", "u".into())]).as_bytes(),
+        );
+        bytes.extend_from_slice(b"\r\n");
+        let (tasks, errors) = parse_jsonl_bytes(&bytes, "d.jsonl");
+        assert_eq!(tasks.len(), 2, "{errors:?}");
+        assert_eq!(errors.len(), 1);
+        assert_eq!(
+            errors[0].to_string(),
+            "d.jsonl: line 2: not UTF-8 text (invalid byte at column 19)"
         );
     }
 

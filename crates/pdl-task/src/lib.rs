@@ -26,6 +26,7 @@ pub mod formula;
 pub mod jsonl;
 pub mod parquet_io;
 pub mod row;
+pub mod safe;
 pub mod task;
 pub mod tree;
 

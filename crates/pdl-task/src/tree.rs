@@ -21,6 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LoadError, WriteError};
 use crate::row::{InstanceRow, RepoFile};
+use crate::safe::{
+    check_name, check_repo_path, check_yaml_bounds, MAX_TASK_BYTES, MAX_TREE_FILE_BYTES,
+};
 use crate::task::{
     hidden_files_from_patch, render_test_patch, HiddenFile, LadderRung, Limits, Task, TaskExtras,
 };
@@ -122,11 +125,23 @@ fn is_junk(path: &str) -> bool {
 }
 
 /// Reads a task folder into a [`TreeFiles`] map, skipping `__pycache__/`, `*.pyc`,
-/// `.pytest_cache/` and `.DS_Store`. Symbolic links are refused.
+/// `.pytest_cache/` and `.DS_Store`.
+///
+/// Every entry is looked at without following it before anything is opened:
+/// a symbolic link, FIFO, socket or device anywhere in the tree is an error
+/// naming it (nothing is opened, so a FIFO never blocks), and so is a file
+/// larger than [`MAX_TREE_FILE_BYTES`] or a tree holding more than
+/// [`MAX_TASK_BYTES`] in all. Files are opened beneath the folder, never
+/// through a link, and read within their bound.
 pub fn read_tree_dir(dir: &Path) -> Result<TreeFiles, LoadError> {
     let name = dir.display().to_string();
+    let root = pdl_fs::Dir::open(dir).map_err(|e| LoadError::source(&name, e.to_string()))?;
     let mut files = TreeFiles::new();
-    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+    let mut total: u64 = 0;
+    for entry in walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .sort_by_file_name()
+    {
         let entry = entry.map_err(|e| LoadError::source(&name, e.to_string()))?;
         let relative = entry
             .path()
@@ -138,22 +153,60 @@ pub fn read_tree_dir(dir: &Path) -> Result<TreeFiles, LoadError> {
                 LoadError::source(&name, "a path is not valid UTF-8")
                     .in_field(relative.display().to_string())
             })?
-            .replace('\\', "/");
+            .to_string();
         if rel.is_empty() || is_junk(&rel) {
             continue;
         }
         let file_type = entry.file_type();
+        if file_type.is_dir() {
+            continue;
+        }
+        let refuse = |what: &str| {
+            LoadError::source(
+                &name,
+                format!("{what}; a task tree holds only regular files and folders"),
+            )
+            .in_field(rel.clone())
+        };
         if file_type.is_symlink() {
-            return Err(
-                LoadError::source(&name, "symbolic links are not allowed in a task tree")
-                    .in_field(rel),
-            );
+            return Err(refuse("a symbolic link"));
         }
-        if file_type.is_file() {
-            let bytes = std::fs::read(entry.path())
-                .map_err(|e| LoadError::source(&name, e.to_string()).in_field(rel.clone()))?;
-            files.insert(rel, bytes);
+        if !file_type.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            return Err(refuse(if file_type.is_fifo() {
+                "a FIFO"
+            } else if file_type.is_socket() {
+                "a socket"
+            } else if file_type.is_char_device() || file_type.is_block_device() {
+                "a device"
+            } else {
+                "a special file"
+            }));
         }
+        let size = entry
+            .metadata()
+            .map_err(|e| LoadError::source(&name, e.to_string()).in_field(rel.clone()))?
+            .len();
+        if size > MAX_TREE_FILE_BYTES {
+            return Err(LoadError::source(
+                &name,
+                format!("{size} bytes; a task tree's file may hold at most {MAX_TREE_FILE_BYTES}"),
+            )
+            .in_field(rel));
+        }
+        total = total.saturating_add(size);
+        if total > MAX_TASK_BYTES {
+            return Err(LoadError::source(
+                &name,
+                format!("the task's files hold more than {MAX_TASK_BYTES} bytes in all"),
+            )
+            .in_field(rel));
+        }
+        let bytes = root
+            .read(relative, MAX_TREE_FILE_BYTES)
+            .map_err(|e| LoadError::source(&name, e.kind.to_string()).in_field(rel.clone()))?
+            .ok_or_else(|| LoadError::source(&name, "vanished while read").in_field(rel.clone()))?;
+        files.insert(rel, bytes);
     }
     Ok(files)
 }
@@ -178,6 +231,8 @@ fn utf8(files: &TreeFiles, path: &str, source: &str) -> Result<Option<String>, L
 pub fn task_from_tree(files: &TreeFiles, source: &str) -> Result<Task, LoadError> {
     let manifest_text = utf8(files, MANIFEST, source)?
         .ok_or_else(|| LoadError::source(source, "missing manifest.yaml").in_field(MANIFEST))?;
+    check_yaml_bounds(&manifest_text)
+        .map_err(|why| LoadError::source(source, why).in_field(MANIFEST))?;
     let manifest: Manifest = serde_yaml_ng::from_str(&manifest_text)
         .map_err(|e| LoadError::source(source, e.to_string()).in_field(MANIFEST))?;
     let at = |field: &str, message: String| {
@@ -282,16 +337,6 @@ pub fn task_from_tree(files: &TreeFiles, source: &str) -> Result<Task, LoadError
     })
 }
 
-/// A path that is safe to write under a task folder.
-fn checked_relative(path: &str) -> bool {
-    !path.is_empty()
-        && !path.starts_with('/')
-        && !path.contains('\\')
-        && path
-            .split('/')
-            .all(|c| !c.is_empty() && c != "." && c != "..")
-}
-
 /// Renders a task as a tree map. Fails when a path in the row could escape the
 /// task folder.
 pub fn task_to_tree(task: &Task) -> Result<TreeFiles, String> {
@@ -299,7 +344,8 @@ pub fn task_to_tree(task: &Task) -> Result<TreeFiles, String> {
     let manifest = Manifest::from_task(task);
     let manifest_text = match &task.extras.manifest_yaml {
         Some(text)
-            if serde_yaml_ng::from_str::<Manifest>(text).ok().as_ref() == Some(&manifest) =>
+            if check_yaml_bounds(text).is_ok()
+                && serde_yaml_ng::from_str::<Manifest>(text).ok().as_ref() == Some(&manifest) =>
         {
             text.clone()
         }
@@ -307,8 +353,8 @@ pub fn task_to_tree(task: &Task) -> Result<TreeFiles, String> {
     };
     files.insert(MANIFEST.to_string(), manifest_text.into_bytes());
     for f in &task.row.files {
-        if !checked_relative(&f.path) {
-            return Err(format!("files: unsafe path `{}`", f.path));
+        if let Err(why) = check_repo_path(&f.path) {
+            return Err(format!("files: unsafe path `{}`: {why}", f.path));
         }
         let key = format!("{FIXTURES}{}", f.path);
         if files.insert(key, f.content.clone().into_bytes()).is_some() {
@@ -318,8 +364,11 @@ pub fn task_to_tree(task: &Task) -> Result<TreeFiles, String> {
     files.insert(GOLD.to_string(), task.row.patch.clone().into_bytes());
     let hidden = hidden_files_from_patch(&task.row.test_patch).unwrap_or_default();
     for h in &hidden {
-        if !checked_relative(&h.relative_path) {
-            return Err(format!("test_patch: unsafe path `{}`", h.relative_path));
+        if let Err(why) = check_repo_path(&h.relative_path) {
+            return Err(format!(
+                "test_patch: unsafe path `{}`: {why}",
+                h.relative_path
+            ));
         }
         files.insert(
             format!("{HIDDEN}{}", h.relative_path),
@@ -333,8 +382,8 @@ pub fn task_to_tree(task: &Task) -> Result<TreeFiles, String> {
         );
     }
     for rung in &task.extras.ladder {
-        if !checked_relative(&rung.name) || rung.name.contains('/') {
-            return Err(format!("ladder: unsafe rung name `{}`", rung.name));
+        if let Err(why) = check_name(&rung.name) {
+            return Err(format!("ladder: unsafe rung name `{}`: {why}", rung.name));
         }
         files.insert(
             format!("{LADDER}{}", rung.name),
@@ -344,19 +393,31 @@ pub fn task_to_tree(task: &Task) -> Result<TreeFiles, String> {
     Ok(files)
 }
 
-/// Writes a task tree into `dir` (created if needed). Existing files the tree does
-/// not name are left alone.
-pub fn write_tree(task: &Task, dir: &Path) -> Result<(), WriteError> {
+/// Writes a task tree into a new folder `<root>/<task_id>`: the task ID must
+/// be a safe name, the folder must not exist yet (or be empty), and every
+/// file is created new beneath it without following a link.
+pub fn write_tree_beneath(task: &Task, root: &pdl_fs::Dir) -> Result<(), WriteError> {
+    let id = &task.row.task_id;
+    let folder = root.display_path(Path::new(id));
+    check_name(id).map_err(|why| WriteError::Format {
+        path: root.path().to_path_buf(),
+        message: format!("task_id: unsafe name `{id}`: {why}"),
+    })?;
     let files = task_to_tree(task).map_err(|message| WriteError::Format {
-        path: dir.to_path_buf(),
+        path: folder.clone(),
         message,
     })?;
+    let dir = root.open_dir(Path::new(id), true).map_err(WriteError::fs)?;
+    if !dir.list().map_err(WriteError::fs)?.is_empty() {
+        return Err(WriteError::Exists(folder));
+    }
     for (rel, bytes) in files {
-        let path = dir.join(&rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| WriteError::io(parent, e))?;
-        }
-        std::fs::write(&path, bytes).map_err(|e| WriteError::io(&path, e))?;
+        use std::io::Write;
+        let mut file = dir
+            .open_file(Path::new(&rel), pdl_fs::OpenMode::CreateNew)
+            .map_err(WriteError::fs)?;
+        file.write_all(&bytes)
+            .map_err(|e| WriteError::io(folder.join(&rel), e))?;
     }
     Ok(())
 }

@@ -98,6 +98,16 @@ pub fn run_builtin(
         }
     };
     for step in 1..=limits.max_steps {
+        // A harness asked to stop makes no further model call (the episode's
+        // record is dropped by the campaign's executor).
+        if pdl_sandbox::interrupt::requested() {
+            return end(
+                EndReason::AgentError,
+                step - 1,
+                Some("the harness was interrupted".into()),
+                None,
+            );
+        }
         if started.elapsed() >= limits.wall_time {
             return end(EndReason::TimeLimit, step - 1, None, None);
         }

@@ -121,15 +121,59 @@ fn run_git(cmd: &mut Command, what: &str) -> std::io::Result<Vec<u8>> {
 
 /// Writes the task's files into `dir` and makes it a git repository with one base
 /// commit, so `git diff` works for the agent.
+///
+/// This git runs on the host, so nothing of the dataset may configure it: the
+/// loader refuses any `files` path with a `.git` component, the files are
+/// written beneath `dir` without following a link, and the workspace must
+/// hold no `.git` before `git init` makes a fresh one (with no templates). Git
+/// then reads no configuration but its own fresh repository's and the
+/// harness's `-c` overrides (no system or global file, no attributes file, no
+/// hooks, no fsmonitor, no ceiling-crossing discovery). A `.gitattributes` in
+/// the files can still name a filter, diff or merge driver, but a driver runs
+/// only when configuration defines it, and none does.
 pub fn prepare_workspace(files: &[RepoFile], dir: &Path) -> std::io::Result<()> {
     pdl_grader::workspace::materialize(files, dir)?;
-    run_git(git(dir).args(["init", "-q", "-b", "main"]), "init")?;
-    run_git(git(dir).args(["add", "-A", "-f"]), "add")?;
+    let root = pdl_fs::Dir::open(dir)?;
+    if root.entry(Path::new(".git"))?.is_some() {
+        return Err(std::io::Error::other(format!(
+            "{}: the workspace already holds a `.git`; its repository is made fresh by the harness",
+            dir.join(".git").display()
+        )));
+    }
     run_git(
-        git(dir).args(["commit", "-q", "--no-verify", "-m", "base"]),
+        git(dir).args(["init", "-q", "--template=", "-b", "main"]),
+        "init",
+    )?;
+    run_git(workspace_git(dir).args(["add", "-A", "-f"]), "add")?;
+    run_git(
+        workspace_git(dir).args(["commit", "-q", "--no-verify", "-m", "base"]),
         "commit",
     )?;
     Ok(())
+}
+
+/// [`git`] pinned to the workspace's own fresh repository (never one found by
+/// discovery), with every driver and hook switched off that configuration
+/// could turn on.
+fn workspace_git(dir: &Path) -> Command {
+    let mut cmd = git(dir);
+    cmd.env("GIT_DIR", dir.join(".git"))
+        .env("GIT_WORK_TREE", dir)
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.attributesFile=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.untrackedCache=false",
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "submodule.recurse=false",
+        ]);
+    cmd
 }
 
 /// The agent's graded changes as a unified diff against the pristine files:
@@ -357,6 +401,59 @@ fn helper_killed_by_sigkill(reason: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(path: &str, content: &str) -> RepoFile {
+        RepoFile {
+            path: path.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn no_dataset_configuration_reaches_the_hosts_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("filter-ran");
+        let filter = format!(
+            "[filter \"evil\"]\n\tclean = sh -c 'touch {0} && cat'\n\tsmudge = sh -c 'touch {0} && cat'\n\tprocess = sh -c 'touch {0}'\n",
+            marker.display()
+        );
+        // A `.git` anywhere in the files is refused before git runs.
+        for git_path in [".git/config", "sub/.git/config", ".GIT/info/attributes"] {
+            let ws = dir
+                .path()
+                .join(format!("ws-{}", git_path.replace('/', "_")));
+            let files = vec![file(git_path, &filter), file("src/a.py", "a = 1\n")];
+            let err = prepare_workspace(&files, &ws).unwrap_err();
+            assert!(err.to_string().contains("unsafe path"), "{git_path}: {err}");
+            assert!(!ws.join(".git").exists() || git_path.starts_with(".GIT"));
+        }
+        // Attributes that name drivers find no configuration defining them,
+        // even with the configuration text in a tracked file.
+        let ws = dir.path().join("ws-attributes");
+        let files = vec![
+            file(".gitattributes", "* filter=evil diff=evil merge=evil\n"),
+            file("gitconf", &filter),
+            file("src/a.py", "a = 1\n"),
+        ];
+        prepare_workspace(&files, &ws).unwrap();
+        assert!(!marker.exists(), "a dataset's filter ran on the host");
+        let tracked = std::process::Command::new("git")
+            .args(["ls-files"])
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&tracked.stdout),
+            ".gitattributes\ngitconf\nsrc/a.py\n"
+        );
+        // A workspace that already holds a `.git` is refused.
+        let ws = dir.path().join("ws-existing");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/config"), &filter).unwrap();
+        let err = prepare_workspace(&[file("src/a.py", "a = 1\n")], &ws).unwrap_err();
+        assert!(err.to_string().contains("holds a `.git`"), "{err}");
+        assert!(!marker.exists());
+    }
 
     fn report(status: RunStatus, oom_kills: u64) -> pdl_sandbox::RunReport {
         let mut report = pdl_sandbox::RunReport::not_started(

@@ -140,5 +140,6 @@ pub fn render_table(report: &RunReport) -> String {
             let _ = writeln!(out, "warning: {w}");
         }
     }
-    out
+    // Task IDs, agents, models and warnings come from data.
+    crate::terminal::terminal_safe(&out).into_owned()
 }

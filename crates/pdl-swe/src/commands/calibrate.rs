@@ -3,6 +3,8 @@
 use pdl_grader::certify::{calibrate, plan, CalibrationRow, PlanOptions};
 use serde::Serialize;
 
+use pdl_report::terminal_safe;
+
 use crate::cli::{CalibrateArgs, Format};
 use crate::commands::{measure, report_load_errors, select};
 use crate::exit::{self, ExitError};
@@ -97,7 +99,7 @@ pub fn run(args: &CalibrateArgs) -> Result<i32, ExitError> {
                     },
                 ]);
             }
-            println!("{t}");
+            println!("{}", terminal_safe(&t.to_string()));
             let calibrated = rows.iter().filter(|r| r.ok()).count();
             println!(
                 "{calibrated} of {} tasks calibrated in {:.1}s ({} gradings, -j {}, sandbox {}, {})",

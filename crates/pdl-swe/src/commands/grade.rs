@@ -9,6 +9,8 @@ use pdl_grader::{ResultRecord, Verdict};
 use pdl_report::{RunReport, Stats};
 use serde::Serialize;
 
+use pdl_report::terminal_safe;
+
 use crate::cli::{Format, GradeArgs};
 use crate::commands::report_load_errors;
 use crate::exit::{self, ExitError};
@@ -61,6 +63,12 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
         },
     );
     bar.finish_and_clear();
+    if crate::interrupt::requested() {
+        return Err(crate::interrupt::stopped(&format!(
+            "the records of finished gradings are in {}",
+            args.out.display()
+        )));
+    }
     if let Some(e) = write_error {
         return Err(e.into());
     }
@@ -114,7 +122,7 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
                     s.stats.landed_rungs.values().sum::<usize>().to_string(),
                 ]);
             }
-            println!("{t}");
+            println!("{}", terminal_safe(&t.to_string()));
             println!(
                 "{} records in {} ({} already graded and skipped)",
                 records.len(),

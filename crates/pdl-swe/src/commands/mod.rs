@@ -14,16 +14,26 @@ use std::path::Path;
 
 use pdl_grader::certify::{run_plan, Job, JobResult, TaskMeasurements};
 use pdl_grader::record::RecordLog;
+use pdl_report::terminal_safe;
 use pdl_task::{Dataset, LoadError, Task};
 
 use crate::exit::ExitError;
 use crate::render::progress_bar;
 use crate::settings::RunSettings;
 
-/// Prints load errors to stderr.
+/// Prints load errors to stderr (with the dataset's control characters
+/// escaped).
 pub fn report_load_errors(errors: &[LoadError]) {
     for e in errors {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", terminal_safe(&e.to_string()));
+    }
+}
+
+/// Prints load warnings to stderr (with the dataset's control characters
+/// escaped).
+pub fn report_load_warnings(warnings: &[LoadError]) {
+    for w in warnings {
+        eprintln!("warning: {}", terminal_safe(&w.to_string()));
     }
 }
 
@@ -55,7 +65,7 @@ pub fn measure(
     let mut write_error = None;
     let measured = run_plan(&settings.grader, tasks, jobs, settings.parallelism, |p| {
         bar.set_position(p.done as u64);
-        bar.set_message(p.job.label(tasks));
+        bar.set_message(terminal_safe(&p.job.label(tasks)).into_owned());
         if let (Some(log), JobResult::Graded(r)) = (log.as_mut(), p.result) {
             if let Err(e) = log.append(r.as_ref()) {
                 write_error.get_or_insert(e);
@@ -63,6 +73,12 @@ pub fn measure(
         }
     });
     bar.finish_and_clear();
+    if crate::interrupt::requested() {
+        return Err(crate::interrupt::stopped(&match out {
+            Some(path) => format!("the records of finished gradings are in {}", path.display()),
+            None => "nothing was recorded (use --out to keep records)".to_string(),
+        }));
+    }
     match write_error {
         Some(e) => Err(e.into()),
         None => Ok(measured),

@@ -10,6 +10,8 @@ use pdl_episode::campaign::{
 };
 use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
 
+use pdl_report::terminal_safe;
+
 use crate::cli::{ApiChoice, Format, RunCampaignArgs};
 use crate::commands::{report_load_errors, select};
 use crate::exit::{self, ExitError};
@@ -17,12 +19,11 @@ use crate::render::{print_json, progress_bar};
 use crate::settings::{load_dataset, resolve};
 
 fn seconds(value: f64, flag: &str) -> Result<Duration, ExitError> {
-    if value.is_finite() && value > 0.0 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        Err(ExitError::usage(anyhow::anyhow!(
+    match Duration::try_from_secs_f64(value) {
+        Ok(d) if value > 0.0 => Ok(d),
+        _ => Err(ExitError::usage(anyhow::anyhow!(
             "{flag} must be a positive number of seconds, not {value}"
-        )))
+        ))),
     }
 }
 
@@ -167,19 +168,30 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
             CampaignEvent::Done { record, .. } => {
                 if let Some(b) = &bar {
                     b.inc(1);
-                    b.set_message(format!("{} {:.3}", record.instance_id, record.reward));
+                    b.set_message(format!(
+                        "{} {:.3}",
+                        terminal_safe(&record.instance_id),
+                        record.reward
+                    ));
                 }
             }
             CampaignEvent::Warning(message) => match &bar {
-                Some(b) => b.println(format!("warning: {message}")),
-                None => eprintln!("warning: {message}"),
+                Some(b) => b.println(format!("warning: {}", terminal_safe(&message))),
+                None => eprintln!("warning: {}", terminal_safe(&message)),
             },
         },
     )
-    .context("the campaign could not run")?;
+    .context("the campaign could not run");
     if let Some(b) = bar.take() {
         b.finish_and_clear();
     }
+    if crate::interrupt::requested() {
+        return Err(crate::interrupt::stopped(&format!(
+            "the records of finished episodes are in {}; run the same command again to resume",
+            args.out.join("results.jsonl").display()
+        )));
+    }
+    let outcome = outcome?;
     let tiers: BTreeMap<String, String> = ds
         .tasks
         .iter()

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use pdl_report::terminal_safe;
+
 use crate::cli::{Format, TasksCommand};
 use crate::commands::report_load_errors;
 use crate::exit::{self, ExitError};
@@ -58,8 +60,8 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
                             },
                         ]);
                     }
-                    println!("{t}");
-                    println!("{} tasks from {}", lines.len(), ds.source);
+                    println!("{}", terminal_safe(&t.to_string()));
+                    println!("{} tasks from {}", lines.len(), terminal_safe(&ds.source));
                 }
             }
             report_load_errors(&ds.errors);
@@ -71,14 +73,23 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
         }
         TasksCommand::Export { dataset, to } => {
             let ds = load_dataset(dataset)?;
-            pdl_task::write_dataset(&ds.tasks, to).map_err(ExitError::usage)?;
+            let write_errors = match pdl_task::write_dataset(&ds.tasks, to) {
+                Ok(()) => Vec::new(),
+                Err(errors) => errors,
+            };
+            for e in &write_errors {
+                eprintln!("error: {}", terminal_safe(&e.to_string()));
+            }
             eprintln!(
                 "wrote {} tasks from {} to {}",
-                ds.tasks.len(),
-                ds.source,
+                ds.tasks.len() - write_errors.len().min(ds.tasks.len()),
+                terminal_safe(&ds.source),
                 to.display()
             );
             report_load_errors(&ds.errors);
+            if !write_errors.is_empty() {
+                return Ok(exit::USAGE);
+            }
             Ok(if ds.errors.is_empty() {
                 exit::SUCCESS
             } else {

@@ -3,6 +3,8 @@
 use pdl_grader::certify::{plan, validate, CheckFailure, PlanOptions, TaskValidation};
 use serde::Serialize;
 
+use pdl_report::terminal_safe;
+
 use crate::cli::{Format, ValidateArgs};
 use crate::commands::{measure, select};
 use crate::exit::{self, ExitError};
@@ -72,7 +74,7 @@ pub fn run(args: &ValidateArgs) -> Result<i32, ExitError> {
                     format!("load: {e}"),
                 ]);
             }
-            println!("{t}");
+            println!("{}", terminal_safe(&t.to_string()));
             let failed = results.iter().filter(|r| !r.ok()).count() + load_errors.len();
             println!(
                 "{} of {} tasks valid: {} ({}, sandbox {}, {} repeats)",
