@@ -11,9 +11,23 @@
 //! harness running as root); without it [`ScratchFs::mount`] says why and the
 //! caller records that the folder is shared.
 
+use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Every scratch file system mounted now, for [`detach_all`].
+static MOUNTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// Detaches every scratch file system still mounted: for a process about to
+/// exit without unwinding (a second Ctrl-C), so that no mount outlives it.
+pub fn detach_all() {
+    let mounted = std::mem::take(&mut *MOUNTED.lock().unwrap_or_else(|e| e.into_inner()));
+    for path in mounted {
+        let _ = detach(&path);
+    }
+}
 
 /// The bounds of one scratch file system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +84,10 @@ impl ScratchFs {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
+        MOUNTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_path_buf());
         Ok(ScratchFs {
             path: path.to_path_buf(),
             bounds,
@@ -89,6 +107,10 @@ impl ScratchFs {
 
 impl Drop for ScratchFs {
     fn drop(&mut self) {
+        MOUNTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.path);
         let _ = detach(&self.path);
     }
 }

@@ -29,6 +29,7 @@ pub fn install() -> std::io::Result<()> {
                     pdl_sandbox::interrupt::request();
                     if first.is_some() {
                         eprintln!("\nsecond signal: exiting now");
+                        pdl_sandbox::scratch::detach_all();
                         std::process::exit(crate::exit::INTERRUPTED);
                     }
                     let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
@@ -38,6 +39,7 @@ pub fn install() -> std::io::Result<()> {
                 if first.is_some_and(|t| t.elapsed() > GRACE) {
                     pdl_sandbox::interrupt::request();
                     eprintln!("still busy {} s after the signal: exiting now", GRACE.as_secs());
+                    pdl_sandbox::scratch::detach_all();
                     std::process::exit(crate::exit::INTERRUPTED);
                 }
                 std::thread::sleep(Duration::from_millis(50));
