@@ -283,15 +283,45 @@ fn resolve_folder(path: &Path) -> PathBuf {
     resolved
 }
 
-/// Refuses a run folder or a work folder that an agent could read: one that
-/// lies inside an `agent_paths` entry (or holds one), or inside a folder every
-/// sandbox binds read-only ([`SANDBOX_SYSTEM_FOLDERS`]). Paths are compared
-/// after following links, component by component.
+/// Whether a folder's mode keeps agents out of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FolderAccess {
+    /// Agents run under a host uid of their own with no capability (the
+    /// namespace sandbox of a harness running as root): a folder of the
+    /// harness's with mode 0700 is closed to them, wherever it lies.
+    ModeKeepsAgentsOut,
+    /// Agents run as the harness's own user (an unprivileged harness, or no
+    /// sandbox): only a folder outside everything they can see is private.
+    SameUser,
+}
+
+impl FolderAccess {
+    /// What holds for agents run by `runner` from this process.
+    pub fn of(runner: &dyn ProcessRunner) -> FolderAccess {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root && runner.kind() == pdl_sandbox::SandboxKind::Namespaces {
+            FolderAccess::ModeKeepsAgentsOut
+        } else {
+            FolderAccess::SameUser
+        }
+    }
+}
+
+/// Checks that no agent can read the run folder or the work folder. A folder
+/// inside a folder every sandbox binds read-only ([`SANDBOX_SYSTEM_FOLDERS`])
+/// is refused, and so is a work folder that lies inside an `agent_paths`
+/// entry or holds one. A run folder that does is refused when agents run as
+/// the harness's own user; when its mode keeps them out
+/// ([`FolderAccess::ModeKeepsAgentsOut`]) it is returned, to be made 0700
+/// before anything is written in it ([`make_private`]). Paths are
+/// compared after following links, component by component.
 pub fn check_private_folders(
     run_dir: &Path,
     work_root: Option<&Path>,
     agent_paths: &[PathBuf],
-) -> Result<(), ExposedFolder> {
+    access: FolderAccess,
+) -> Result<Vec<PathBuf>, ExposedFolder> {
     let readable: Vec<(PathBuf, bool)> = agent_paths
         .iter()
         .map(|p| (resolve_folder(p), false))
@@ -301,22 +331,50 @@ pub fn check_private_folders(
                 .map(|p| (resolve_folder(Path::new(p)), true)),
         )
         .collect();
+    // The work folder holds the sandboxes' own mounts: binding an agent path
+    // above it would have to reveal them, so it is never allowed there.
     let folders = [
-        Some(("the run folder (--out)", run_dir)),
-        work_root.map(|w| ("the work folder (--work-dir)", w)),
+        Some(("the run folder (--out)", run_dir, true)),
+        work_root.map(|w| ("the work folder (--work-dir)", w, false)),
     ];
-    for (folder_kind, folder) in folders.into_iter().flatten() {
-        let folder = resolve_folder(folder);
+    let mut private = Vec::new();
+    for (folder_kind, given, may_close) in folders.into_iter().flatten() {
+        let folder = resolve_folder(given);
         for (path, system) in &readable {
             let exposed = folder.starts_with(path) || (!system && path.starts_with(&folder));
-            if exposed {
-                return Err(ExposedFolder {
-                    folder_kind,
-                    folder,
-                    readable: path.clone(),
-                    system: *system,
-                });
+            if !exposed {
+                continue;
             }
+            if !system && may_close && access == FolderAccess::ModeKeepsAgentsOut {
+                if !private.contains(&given.to_path_buf()) {
+                    private.push(given.to_path_buf());
+                }
+                continue;
+            }
+            return Err(ExposedFolder {
+                folder_kind,
+                folder,
+                readable: path.clone(),
+                system: *system,
+            });
+        }
+    }
+    Ok(private)
+}
+
+/// Creates each folder if missing and sets its mode to 0700: what it holds is
+/// then closed to agents that can see the folder through an `--agent-path`.
+pub fn make_private(folders: &[PathBuf]) -> Result<(), CampaignError> {
+    use std::os::unix::fs::PermissionsExt;
+    for folder in folders {
+        let made = std::fs::create_dir_all(folder).and_then(|()| {
+            std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))
+        });
+        if let Err(e) = made {
+            return Err(CampaignError::RunDir {
+                path: folder.clone(),
+                message: format!("cannot make it private to the harness (mode 0700): {e}"),
+            });
         }
     }
     Ok(())
@@ -395,7 +453,13 @@ pub fn run_campaign(
         })
         .flatten()
         .collect();
-    check_private_folders(run_dir, Some(grader.work_root()), &agent_paths)?;
+    let private = check_private_folders(
+        run_dir,
+        Some(grader.work_root()),
+        &agent_paths,
+        FolderAccess::of(grader.runner()),
+    )?;
+    make_private(&private)?;
     let dir = pdl_fs::Dir::create(run_dir)?;
     // What agents produced is the harness's alone. A folder that cannot be
     // made private here (a link someone planted) is refused, with its path,

@@ -1056,66 +1056,103 @@ fn mode(path: &Path) -> u32 {
 }
 
 #[test]
-fn run_and_work_folders_an_agent_could_read_are_refused() {
+fn run_and_work_folders_an_agent_could_read_are_closed_to_it_or_refused() {
     // Red-team attempt 23: `--out` or `--work-dir` under an `--agent-path` let
     // the agent read sibling patches, hidden test names and grading trees.
+    // As root, agents run under a uid of their own: such a folder is made
+    // 0700 and the agent cannot enter it. Otherwise it is refused.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     let dir = tempfile::tempdir().unwrap();
     let agent_dir = dir.path().join("proj");
     std::fs::create_dir(&agent_dir).unwrap();
     let link = dir.path().join("link-to-proj");
     std::os::unix::fs::symlink(&agent_dir, &link).unwrap();
     let agent_path = agent_dir.display().to_string();
-    let refused = |out: &Path, extra: &[&str], named: &[&Path]| {
-        let mut args = run_args("http://127.0.0.1:9/v1", out, &["--agent-cmd", "true"]);
+    let model = idle_model();
+    // An agent that tries to list a folder and read the results.
+    let probe = |listed: &Path, results: &Path| {
+        format!(
+            "sh -c 'ls {} >/dev/null 2>&1 && echo LISTED; cat {} >/dev/null 2>&1 && echo READ; echo PROBED'",
+            listed.display(),
+            results.display()
+        )
+    };
+    let attempt = |out: &Path, listed: &Path, results: &Path, extra: &[&str], named: &[&Path]| {
+        let probe = probe(listed, results);
+        let mut args = run_args(&model.base_url(), out, &["--agent-cmd", &probe]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let run = pdl_swe(&args);
         let said = text(&run);
-        assert_eq!(run.status.code(), Some(2), "{said}");
-        for path in named {
-            assert!(
-                said.contains(&path.display().to_string()),
-                "{path:?}: {said}"
-            );
+        if !root {
+            assert_eq!(run.status.code(), Some(2), "{said}");
+            for path in named {
+                assert!(
+                    said.contains(&path.display().to_string()),
+                    "{path:?}: {said}"
+                );
+            }
+            return;
         }
-        said
+        assert_eq!(run.status.code(), Some(0), "{said}");
+        let eps = episodes(out);
+        let log =
+            std::fs::read_to_string(out.join(eps[0]["episode"]["log"].as_str().unwrap())).unwrap();
+        assert!(log.contains("PROBED"), "{log}");
+        assert!(!log.contains("LISTED") && !log.contains("READ"), "{log}");
+        for path in named.iter().take(1) {
+            assert_eq!(mode(path) & 0o777, 0o700, "{path:?}");
+        }
     };
     // The run folder inside an agent path (named through a link, not yet made).
     let out = link.join("runs/x");
-    let said = refused(
+    attempt(
         &out,
+        &agent_dir.join("runs/x"),
+        &agent_dir.join("runs/x/results.jsonl"),
         &["--agent-path", &agent_path],
         &[&agent_dir.join("runs/x"), &agent_dir],
     );
-    assert!(
-        said.contains("--out") && said.contains("--agent-path"),
-        "{said}"
-    );
-    assert!(!agent_dir.join("runs").exists());
-    // The work folder inside an agent path.
+    // The work folder inside an agent path: refused whoever runs the harness
+    // (the sandboxes' own mounts live in it).
     let out = dir.path().join("run");
     let work = agent_dir.join("work");
-    let said = refused(
-        &out,
-        &[
+    let mut args = run_args("http://127.0.0.1:9/v1", &out, &["--agent-cmd", "true"]);
+    args.extend(
+        [
             "--agent-path",
             &agent_path,
             "--work-dir",
             &work.display().to_string(),
-        ],
-        &[&work, &agent_dir],
+        ]
+        .iter()
+        .map(|s| s.to_string()),
     );
-    assert!(said.contains("--work-dir"), "{said}");
+    let run = pdl_swe(&args);
+    let said = text(&run);
+    assert_eq!(run.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("--work-dir") && said.contains(&agent_path),
+        "{said}"
+    );
     assert!(!work.exists() && !out.exists());
     // An agent path inside the run folder.
+    let out = dir.path().join("run2");
     let inner = out.join("patches");
-    refused(
+    attempt(
         &out,
+        &inner,
+        &out.join("results.jsonl"),
         &["--agent-path", &inner.display().to_string()],
-        &[&inner, &out],
+        &[&out, &inner],
     );
-    // A folder every sandbox reads.
+    // A folder every sandbox reads is refused whoever runs the harness.
     let system = Path::new("/etc/pdl-swe-test-never-made/run");
-    refused(system, &[], &[system, Path::new("/etc")]);
+    let args = run_args("http://127.0.0.1:9/v1", system, &["--agent-cmd", "true"]);
+    let run = pdl_swe(&args);
+    let said = text(&run);
+    assert_eq!(run.status.code(), Some(2), "{said}");
+    assert!(said.contains("/etc"), "{said}");
     assert!(!Path::new("/etc/pdl-swe-test-never-made").exists());
 }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
 use pdl_episode::campaign::{
-    check_private_folders, run_campaign, AgentSpec, CampaignEvent, CampaignSettings,
+    check_private_folders, make_private, run_campaign, AgentSpec, CampaignEvent, CampaignSettings,
+    FolderAccess,
 };
 use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
 
@@ -110,18 +111,29 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
     }
     // Agents must not read the run folder or the work folder: checked before
     // anything is created, then again for the work folder the harness made.
-    check_private_folders(&args.out, args.run.work_dir.as_deref(), &args.agent_paths)
-        .map_err(ExitError::usage)?;
+    // The system folders are checked before anything is created; folders an
+    // agent path exposes are refused unless their mode can keep agents out,
+    // and then made 0700 before the campaign writes in them.
+    check_private_folders(
+        &args.out,
+        args.run.work_dir.as_deref(),
+        &args.agent_paths,
+        // The most this check can allow; the second one knows the sandbox.
+        FolderAccess::ModeKeepsAgentsOut,
+    )
+    .map_err(ExitError::usage)?;
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     report_load_errors(&ds.errors);
     let settings = resolve(&args.run)?;
-    check_private_folders(
+    let private = check_private_folders(
         &args.out,
         Some(settings.grader.work_root()),
         &args.agent_paths,
+        FolderAccess::of(settings.runner.as_ref()),
     )
     .map_err(ExitError::usage)?;
+    make_private(&private).map_err(|e| ExitError::usage(anyhow::anyhow!(e)))?;
     let campaign = CampaignSettings {
         run_dir: args.out.clone(),
         agents,
