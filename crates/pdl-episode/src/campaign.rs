@@ -231,9 +231,14 @@ impl ExposedFolder {
     fn describe(&self) -> String {
         let (folder, readable) = (self.folder.display(), self.readable.display());
         let kind = self.folder_kind;
-        let advice = "agents could read other episodes' patches and workspaces, hidden test \
-                      names and grading trees through it; choose a folder outside every \
-                      --agent-path and outside the system folders every sandbox reads";
+        let advice = if kind.starts_with("the dataset") || kind.starts_with("the cache") {
+            "agents could read the hidden tests, the reference solutions and the ladders \
+             through it; keep it outside every --agent-path"
+        } else {
+            "agents could read other episodes' patches and workspaces, hidden test \
+             names and grading trees through it; choose a folder outside every \
+             --agent-path and outside the system folders every sandbox reads"
+        };
         if self.system {
             format!("{kind} {folder} lies inside {readable}, a folder every sandbox binds read-only: {advice}")
         } else if self.folder.starts_with(&self.readable) {
@@ -360,6 +365,36 @@ pub fn check_private_folders(
         }
     }
     Ok(private)
+}
+
+/// Refuses a dataset or a cache folder that an agent could read: one that lies
+/// inside an `agent_paths` entry. A dataset holds the hidden tests
+/// and the reference solutions; the cache holds the ladders (which hidden tests
+/// each rung passes). Their files are the user's, so no mode can be relied on.
+pub fn check_hidden_inputs(
+    dataset: Option<&Path>,
+    cache_dir: &Path,
+    agent_paths: &[PathBuf],
+) -> Result<(), ExposedFolder> {
+    let inputs = [
+        dataset.map(|d| ("the dataset (--dataset)", d)),
+        Some(("the cache folder (--cache-dir)", cache_dir)),
+    ];
+    for (folder_kind, given) in inputs.into_iter().flatten() {
+        let folder = resolve_folder(given);
+        for path in agent_paths.iter().map(|p| resolve_folder(p)) {
+            // An agent path inside them shows the agent only that folder.
+            if folder.starts_with(&path) {
+                return Err(ExposedFolder {
+                    folder_kind,
+                    folder,
+                    readable: path,
+                    system: false,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Creates each folder if missing and sets its mode to 0700: what it holds is
@@ -969,8 +1004,11 @@ impl EpisodeContext<'_> {
             Err(message) => harness_error_record(task, job, &self.settings.model, message),
         };
         // The attempt is over: its spend is carried into any later attempt
-        // of the slot (only a harness error is run again).
-        if ledger_opened {
+        // of the slot (only a harness error is run again). An attempt cut
+        // short because the harness was asked to stop is not recorded, and
+        // stays open: like one of a killed harness, it is reported, not
+        // charged, when the slot runs again.
+        if ledger_opened && !pdl_sandbox::interrupt::requested() {
             let closed = self
                 .dir
                 .open_file(&paths.ledger, pdl_fs::OpenMode::ReadAppend)

@@ -738,3 +738,81 @@ fn an_attempt_starts_from_what_the_earlier_attempts_of_its_slot_spent_and_held()
         "the slot was billed {billed} on a {BUDGET} budget"
     );
 }
+
+#[test]
+fn calls_the_provider_rejects_cost_the_disk_no_more_than_refusals() {
+    // Second episode red team: 240 KB bodies the provider rejected (unbilled)
+    // were written whole to the trajectory, 106 MB in 20 s for no tokens.
+    let setup = Setup::new(ApiKind::OpenAi, Duration::from_millis(10));
+    let spec = EpisodeSpec {
+        id: "reject".into(),
+        token_budget: 10_000_000,
+        trajectory_path: setup.path("reject"),
+    };
+    let trajectory = std::fs::File::create(setup.path("reject")).unwrap();
+    let handle = setup.gateway.open_episode_in(spec, trajectory).unwrap();
+    let filler = "x".repeat(240_000);
+    for _ in 0..60 {
+        let answer = setup.chat(
+            handle.token(),
+            json!({"max_tokens": 10, "messages": [{"role": "user", "content": format!("REJECT {filler}")}]}),
+        );
+        assert_eq!(answer.status, 400, "{}", answer.text());
+    }
+    let usage = handle.close();
+    assert_eq!(usage.total_tokens(), 0);
+    assert!(usage.unrecorded_refusals > 0, "{usage:?}");
+    let written = std::fs::metadata(setup.path("reject")).unwrap().len();
+    assert!(written < 256 << 10, "the trajectory took {written} bytes");
+}
+
+#[test]
+fn concurrent_large_bodies_of_one_episode_are_bounded_in_the_harness() {
+    // Second episode red team: 150 concurrent large bodies of one episode took
+    // the harness (where the gateway runs) to 1.1 GB. The bodies an episode's
+    // calls hold at once are bounded (64 MiB); the calls past it are refused.
+    let setup = Setup::new(ApiKind::OpenAi, Duration::from_millis(2000));
+    let episode = setup.episode("bodies", 1_000_000_000);
+    let client = setup.http.client();
+    let url = setup.url(ApiKind::OpenAi);
+    let filler = "y".repeat(8 << 20);
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let (client, url, auth) = (client.clone(), url.clone(), bearer(episode.token()));
+            let body = json!({"model": "m", "max_tokens": 10,
+                "messages": [{"role": "user", "content": format!("SLOW big-{i} {filler}")}]})
+            .to_string();
+            setup.http.rt.spawn(async move {
+                let answer = common::send(
+                    &client,
+                    Method::POST,
+                    &url,
+                    &[("authorization", &auth)],
+                    Some(body),
+                )
+                .await;
+                (answer.status, answer.text())
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, String)> = tasks
+        .into_iter()
+        .map(|t| setup.http.rt.block_on(t).unwrap())
+        .collect();
+    episode.close();
+    let ok = answers.iter().filter(|(s, _)| *s == 200).count();
+    let held = answers
+        .iter()
+        .filter(|(s, text)| *s == 400 && text.contains("hold more than 64 MiB"))
+        .count();
+    assert!((1..=8).contains(&ok), "{ok} forwarded");
+    assert_eq!(ok + held, 16, "{answers:?}");
+    // The upstream never had more than the bound in flight at once.
+    assert!(
+        setup
+            .upstream
+            .peak_concurrency
+            .load(std::sync::atomic::Ordering::SeqCst)
+            <= 8
+    );
+}

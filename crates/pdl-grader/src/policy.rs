@@ -74,9 +74,11 @@ impl PatchPolicy {
         })
     }
 
-    /// The decision for one repository-relative path. Unsafe paths are forbidden.
+    /// The decision for one repository-relative path. Unsafe paths are
+    /// forbidden, and so is a path Python would import in place of a forbidden
+    /// module ([`PatchPolicy::shadows_forbidden`]).
     pub fn decide(&self, path: &str) -> PathDecision {
-        if is_unsafe_path(path) || self.forbidden.is_match(path) {
+        if is_unsafe_path(path) || self.forbidden.is_match(path) || self.shadows_forbidden(path) {
             PathDecision::Forbidden
         } else if self.allowed.is_match(path) {
             PathDecision::Allowed
@@ -86,9 +88,67 @@ impl PatchPolicy {
     }
 }
 
+impl PatchPolicy {
+    /// True when `path` would be imported instead of a module whose file the
+    /// policy forbids: a file inside a folder named like a forbidden `x.py`
+    /// (the package `x/` wins over the module), an extension module `x.so` or
+    /// `x.<tag>.so` beside it (extensions are tried first), or a module `x.py`
+    /// beside a forbidden package `x/` (a module wins over a folder without
+    /// `__init__.py`).
+    fn shadows_forbidden(&self, path: &str) -> bool {
+        let parts: Vec<&str> = path.split('/').collect();
+        for end in 1..parts.len() {
+            if self
+                .forbidden
+                .is_match(format!("{}.py", parts[..end].join("/")))
+            {
+                return true;
+            }
+        }
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((dir, name)) => (format!("{dir}/"), name),
+            None => (String::new(), path),
+        };
+        if name.ends_with(".so") {
+            let stem = name.split('.').next().unwrap_or(name);
+            if self.forbidden.is_match(format!("{dir}{stem}.py")) {
+                return true;
+            }
+        }
+        if let Some(stem) = name.strip_suffix(".py") {
+            if self.forbidden.is_match(format!("{dir}{stem}/__init__.py")) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_imported_in_place_of_a_forbidden_module_is_forbidden() {
+        // Red-team finding: `src/snapshot/__init__.py` made the tests import a
+        // package in place of the forbidden `src/snapshot.py`.
+        let p = policy();
+        for shadow in [
+            "src/snapshot/__init__.py",
+            "src/snapshot/core.py",
+            "src/snapshot.so",
+            "src/snapshot.cpython-311-x86_64-linux-gnu.so",
+        ] {
+            assert_eq!(p.decide(shadow), PathDecision::Forbidden, "{shadow}");
+        }
+        for fine in ["src/snapshots.py", "src/snapshot_util.py", "src/snap/x.py"] {
+            assert_eq!(p.decide(fine), PathDecision::Allowed, "{fine}");
+        }
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let package = PatchPolicy::new(&s(&["src/**"]), &s(&["src/wal/**"])).unwrap();
+        assert_eq!(package.decide("src/wal.py"), PathDecision::Forbidden);
+        assert_eq!(package.decide("src/walk.py"), PathDecision::Allowed);
+    }
 
     fn policy() -> PatchPolicy {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();

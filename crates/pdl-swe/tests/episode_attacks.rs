@@ -1157,6 +1157,51 @@ fn run_and_work_folders_an_agent_could_read_are_closed_to_it_or_refused() {
 }
 
 #[test]
+fn a_dataset_or_cache_an_agent_could_read_is_refused() {
+    // Second episode red team: with the tasks inside the agent's project the
+    // agent applied the reference solution; a cache folder there showed the
+    // ladders' hidden test IDs.
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("proj");
+    let tasks = project.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let copy = std::process::Command::new("cp")
+        .args(["-r"])
+        .arg(fixtures().join("tasks").join(TASK))
+        .arg(&tasks)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let out = dir.path().join("run");
+    let project_path = project.display().to_string();
+    let mut args = run_args("http://127.0.0.1:9/v1", &out, &["--agent-cmd", "true"]);
+    let at = args.iter().position(|a| a == "--dataset").unwrap();
+    args[at + 1] = tasks.join(TASK).display().to_string();
+    args.extend(["--agent-path".to_string(), project_path.clone()]);
+    let run = pdl_swe(&args);
+    let said = text(&run);
+    assert_eq!(run.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("the dataset") && said.contains(&project_path),
+        "{said}"
+    );
+    assert!(!out.exists());
+    // The cache folder inside the agent path.
+    let mut args = run_args("http://127.0.0.1:9/v1", &out, &["--agent-cmd", "true"]);
+    args.extend([
+        "--agent-path".to_string(),
+        project_path.clone(),
+        "--cache-dir".to_string(),
+        project.join("cache").display().to_string(),
+    ]);
+    let run = pdl_swe(&args);
+    let said = text(&run);
+    assert_eq!(run.status.code(), Some(2), "{said}");
+    assert!(said.contains("the cache folder"), "{said}");
+    assert!(!out.exists());
+}
+
+#[test]
 fn grading_folders_and_what_agents_produced_are_private_to_the_harness() {
     // Red-team attempt 23: grading folders were created 0755, readable by any
     // local user (and by an agent running as the harness's user).

@@ -114,8 +114,23 @@ pub fn check_task(task: &Task) -> Result<(), (String, String)> {
     if let Some(text) = &task.extras.manifest_yaml {
         check_yaml_bounds(text).map_err(|why| ("manifest_yaml".to_string(), why))?;
     }
+    // An external agent gets the issue in one environment variable, and Linux
+    // refuses to start a program with a variable over 128 KiB: a longer issue
+    // would fail every agent and be blamed on it.
+    if task.row.problem_statement.len() > MAX_PROBLEM_STATEMENT_BYTES {
+        return Err((
+            "problem_statement".into(),
+            format!(
+                "{} bytes, over the bound of {MAX_PROBLEM_STATEMENT_BYTES} (agents receive it in one environment variable)",
+                task.row.problem_statement.len()
+            ),
+        ));
+    }
     Ok(())
 }
+
+/// The longest issue text a task may have.
+pub const MAX_PROBLEM_STATEMENT_BYTES: usize = 64 << 10;
 
 impl Dataset {
     /// Builds a dataset, moving rows with unsafe files and repeated instance IDs
@@ -517,6 +532,12 @@ mod tests {
                 |t| t.extras.limits.test_timeout_s = Some(0),
                 "limits.test_timeout_s",
                 "out of range",
+            ),
+            (
+                "issue too long",
+                |t| t.row.problem_statement = "x".repeat(MAX_PROBLEM_STATEMENT_BYTES + 1),
+                "problem_statement",
+                "over the bound",
             ),
             (
                 "deep manifest",

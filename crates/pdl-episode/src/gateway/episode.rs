@@ -70,7 +70,8 @@ pub struct Usage {
     /// Refused calls because the budget left could not hold them.
     #[serde(default)]
     pub budget_refusals: u64,
-    /// Refused calls left out of the trajectory by its rate limit (counted only).
+    /// Refused calls, and calls the provider rejected without billing, left out
+    /// of the trajectory by its rate limit (counted only).
     #[serde(default)]
     pub unrecorded_refusals: u64,
     /// Forwarded calls that ended in an upstream error status, a timeout or a
@@ -256,6 +257,49 @@ pub(crate) struct Episode {
     idle: Condvar,
     trajectory: Arc<Mutex<TrajectoryFile>>,
     writer: TrajectoryWriter,
+    /// Bytes of request bodies the gateway holds for this episode now.
+    body_bytes: std::sync::atomic::AtomicU64,
+}
+
+/// The most request-body bytes the gateway holds for one episode at a time
+/// (its calls in flight together): the gateway runs in the harness, outside
+/// every run's memory bound, so concurrent large bodies must not add up.
+pub(crate) const MAX_EPISODE_BODY_BYTES: u64 = 64 << 20;
+
+/// Request-body bytes held for an episode; released when dropped.
+pub(crate) struct HeldBody {
+    episode: Arc<Episode>,
+    held: u64,
+}
+
+impl HeldBody {
+    pub(crate) fn new(episode: &Arc<Episode>) -> HeldBody {
+        HeldBody {
+            episode: episode.clone(),
+            held: 0,
+        }
+    }
+
+    /// Holds `bytes` more; false when the episode would then hold more than
+    /// [`MAX_EPISODE_BODY_BYTES`] (nothing is held then).
+    pub(crate) fn hold(&mut self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let before = self.episode.body_bytes.fetch_add(bytes, Ordering::SeqCst);
+        if before.saturating_add(bytes) > MAX_EPISODE_BODY_BYTES {
+            self.episode.body_bytes.fetch_sub(bytes, Ordering::SeqCst);
+            return false;
+        }
+        self.held += bytes;
+        true
+    }
+}
+
+impl Drop for HeldBody {
+    fn drop(&mut self) {
+        self.episode
+            .body_bytes
+            .fetch_sub(self.held, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Whether a refusal is recorded, and how long to hold its answer.
@@ -340,8 +384,15 @@ impl Episode {
     /// [`REFUSAL_BURST`] refilled at [`REFUSALS_PER_SECOND`]) and how long to
     /// hold its answer.
     pub(crate) fn pace_refusal(&self) -> RefusalPace {
+        self.lock_counters().usage.refused_calls += 1;
+        self.pace_unbilled()
+    }
+
+    /// Says whether to record an exchange that cost nothing (a refusal, or a
+    /// call the provider rejected without billing it): such exchanges share
+    /// one token bucket, so an agent cannot fill the disk with free calls.
+    pub(crate) fn pace_unbilled(&self) -> RefusalPace {
         let mut c = self.lock_counters();
-        c.usage.refused_calls += 1;
         let now = Instant::now();
         let refill = now.duration_since(c.allowance_at).as_secs_f64() * REFUSALS_PER_SECOND;
         c.refusal_allowance = (c.refusal_allowance + refill).min(REFUSAL_BURST);
@@ -549,6 +600,7 @@ impl Registry {
             idle: Condvar::new(),
             trajectory: Arc::new(Mutex::new(trajectory)),
             writer: self.writer.clone(),
+            body_bytes: std::sync::atomic::AtomicU64::new(0),
         });
         self.lock().insert(token, episode.clone());
         Ok(EpisodeHandle {

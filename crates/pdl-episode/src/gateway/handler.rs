@@ -20,7 +20,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::episode::{
-    Ask, BudgetRefusal, Episode, EpisodeHandle, InFlight, Registry, Reservation, Settlement,
+    Ask, BudgetRefusal, Episode, EpisodeHandle, HeldBody, InFlight, Registry, Reservation,
+    Settlement, MAX_EPISODE_BODY_BYTES,
 };
 use super::meter::{is_openai_usage_chunk, prepare, Metered, Prepared, StreamMeter};
 use super::policy::{forwarded_headers, model_output_limit, PolicyRefusal, RequestPolicy};
@@ -180,8 +181,14 @@ struct ReadBody {
 }
 
 /// Reads at most `limit` bytes of `body` (one more tells that it is longer),
-/// within `timeout` in all.
-async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
+/// within `timeout` in all, holding what it keeps against the episode's bound
+/// on body bytes in flight when `held` is given.
+async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+    mut held: Option<&mut HeldBody>,
+) -> ReadBody {
     let mut body = body;
     let mut buf = BytesMut::new();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -218,7 +225,22 @@ async fn read_body(body: Body, limit: usize, timeout: Duration) -> ReadBody {
         };
         if let Ok(data) = frame.into_data() {
             let room = limit + 1 - buf.len();
-            buf.extend_from_slice(&data[..data.len().min(room)]);
+            let take = data.len().min(room);
+            if let Some(held) = held.as_deref_mut() {
+                if !held.hold(take as u64) {
+                    return ReadBody {
+                        rest: Some(body),
+                        bytes: buf.freeze(),
+                        complete: false,
+                        error: Some(format!(
+                            "the episode's calls in flight hold more than {} MiB of request \
+                             bodies; wait for them to end",
+                            MAX_EPISODE_BODY_BYTES >> 20
+                        )),
+                    };
+                }
+            }
+            buf.extend_from_slice(&data[..take]);
             if buf.len() > limit {
                 return ReadBody {
                     rest: Some(body),
@@ -286,7 +308,7 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
         })
     };
     if let Some((status, kind, message)) = early {
-        let head = read_body(body, BODY_HEAD_BYTES, limits.body_read_timeout).await;
+        let head = read_body(body, BODY_HEAD_BYTES, limits.body_read_timeout, None).await;
         drain(
             head.rest,
             limits.max_request_bytes,
@@ -302,7 +324,9 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
             .unwrap_or(usize::MAX)
             .saturating_add(READ_SLACK),
     );
-    let read = read_body(body, limit, limits.body_read_timeout).await;
+    // Held until the handler returns, with the body and what is made of it.
+    let mut held = HeldBody::new(&episode);
+    let read = read_body(body, limit, limits.body_read_timeout, Some(&mut held)).await;
     if let Some(error) = read.error {
         return refusal
             .refuse(
@@ -862,11 +886,23 @@ impl Exchange {
         let reserved = reservation.input + reservation.output;
         let abandoned = matches!(settlement, Settlement::Abandoned { .. });
         reservation.settle(settlement);
+        let mut request = self.request.take().unwrap_or(Value::Null);
+        if !abandoned && input == 0 && output == 0 {
+            // A call that cost nothing (the provider rejected it) is kept as
+            // the size, digest and head of its body, and paced like the
+            // gateway's own refusals: free calls cannot fill the disk.
+            let episode = in_flight.episode().clone();
+            if !episode.pace_unbilled().record {
+                return;
+            }
+            let bytes = serde_json::to_vec(&request).unwrap_or_default();
+            request = body_digest(&bytes, true);
+        }
         let record = ExchangeRecord {
             ts: std::mem::take(&mut self.ts),
             endpoint: self.api.endpoint_path(),
             requested_model: self.requested_model.take(),
-            request: self.request.take().unwrap_or(Value::Null),
+            request,
             dropped: std::mem::take(&mut self.dropped),
             status: status.as_u16(),
             response,

@@ -113,7 +113,10 @@
 //! at most [`GatewayLimits::max_connections`] connections at once. Refused calls
 //! are recorded with only the size, SHA-256 and first 4 KiB of their body, at most
 //! 20 in a burst and 5 a second per episode; beyond that they are counted
-//! ([`Usage::unrecorded_refusals`]) and answered after a one-second delay. An SSE
+//! ([`Usage::unrecorded_refusals`]) and answered after a one-second delay. Calls
+//! the provider rejected without billing share that bucket and that form. The
+//! calls of one episode hold at most 64 MiB of request bodies at once (the
+//! gateway runs in the harness, outside every run's memory bound). An SSE
 //! event from the upstream may hold at most 8 MiB.
 //!
 //! # Trajectory

@@ -216,8 +216,9 @@ pub struct Received {
 /// bytes / 4 (never more tokens than bytes) plus each image by the provider's
 /// published formula ([`image_tokens`]), output = the whole cap it was sent
 /// (the worst case a real model can produce) times `n`, or 5 000 when no cap
-/// was sent. A message containing `SLOW` is answered after `delay`. It records
-/// every request and the most it served at once.
+/// was sent. A message containing `SLOW` is answered after `delay`; one
+/// containing `REJECT` gets a 400, unbilled, as a provider answers a malformed
+/// request. It records every request and the most it served at once.
 pub struct CountingUpstream {
     pub server: TestServer,
     pub received: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
@@ -247,6 +248,11 @@ impl CountingUpstream {
                 if String::from_utf8_lossy(&raw).contains("SLOW") {
                     tokio::time::sleep(delay).await;
                 }
+                let status = if String::from_utf8_lossy(&raw).contains("REJECT") {
+                    axum::http::StatusCode::BAD_REQUEST
+                } else {
+                    axum::http::StatusCode::OK
+                };
                 current.fetch_sub(1, Ordering::SeqCst);
                 let anthropic = uri.path().ends_with("/messages");
                 let cap = body
@@ -294,7 +300,15 @@ impl CountingUpstream {
                         ("text/event-stream", text)
                     }
                 };
-                ([("content-type", content_type)], text)
+                if status != axum::http::StatusCode::OK {
+                    let error = r#"{"error": {"message": "invalid temperature", "type": "invalid_request_error"}}"#;
+                    return (
+                        status,
+                        [("content-type", "application/json")],
+                        error.to_string(),
+                    );
+                }
+                (status, [("content-type", content_type)], text)
             }
         };
         let router = axum::Router::new()

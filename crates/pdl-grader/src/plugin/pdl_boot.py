@@ -330,10 +330,11 @@ def _auditor():
         foreign_event,
         native_dirs,
         exec_event,
-        rewrite_exec,
+        loader_codes,
         test_modules,
         module_type,
     ) = yield
+    rewrite_exec, frames_removed, loader_exec = loader_codes
     compiled = {}
     executed = {}
     aborted = False
@@ -365,8 +366,16 @@ def _auditor():
             executed[path] = count
             if count > 1:
                 reason = "a test file executed twice"
-            elif frame.f_code is rewrite_exec:
-                module = frame.f_locals.get("module")
+            else:
+                # pytest's rewriting loader, or importlib's own source loader
+                # (through its frame-hiding helper) when rewriting is off.
+                module = None
+                if frame.f_code is rewrite_exec:
+                    module = frame.f_locals.get("module")
+                elif frame.f_code is frames_removed:
+                    loader = frame.f_back
+                    if loader is not None and loader.f_code is loader_exec:
+                        module = loader.f_locals.get("module")
                 if type_(module) is module_type:
                     test_modules[path] = (module, code)
         elif name is foreign_event:
@@ -1316,6 +1325,9 @@ def _main():
     import threading
     import types
 
+    import importlib._bootstrap
+    import importlib._bootstrap_external
+
     import _pytest.assertion.rewrite
     import _pytest.config
     import _pytest.main
@@ -1510,7 +1522,11 @@ def _main():
                 )
             ),
             exec_event,
-            _pytest.assertion.rewrite.AssertionRewritingHook.exec_module.__code__,
+            (
+                _pytest.assertion.rewrite.AssertionRewritingHook.exec_module.__code__,
+                importlib._bootstrap._call_with_frames_removed.__code__,
+                importlib._bootstrap_external._LoaderBasics.exec_module.__code__,
+            ),
             test_modules,
             types.ModuleType,
         )

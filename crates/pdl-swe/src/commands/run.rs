@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
 use pdl_episode::campaign::{
-    check_private_folders, make_private, run_campaign, AgentSpec, CampaignEvent, CampaignSettings,
-    FolderAccess,
+    check_hidden_inputs, check_private_folders, make_private, run_campaign, AgentSpec,
+    CampaignEvent, CampaignSettings, FolderAccess,
 };
 use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
 
@@ -120,6 +120,16 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
         &args.agent_paths,
         // The most this check can allow; the second one knows the sandbox.
         FolderAccess::ModeKeepsAgentsOut,
+    )
+    .map_err(ExitError::usage)?;
+    check_hidden_inputs(
+        args.dataset.dataset.as_deref(),
+        &args
+            .run
+            .cache_dir
+            .clone()
+            .unwrap_or_else(crate::settings::default_cache_dir),
+        &args.agent_paths,
     )
     .map_err(ExitError::usage)?;
     let mut ds = load_dataset(&args.dataset)?;
