@@ -104,12 +104,19 @@ pub enum TasksCommand {
         format: Format,
     },
     /// Write the dataset as .parquet, .jsonl or a task-tree folder.
+    #[command(group(clap::ArgGroup::new("destination").required(true).args(["to", "agent_view"])))]
     Export {
         #[command(flatten)]
         dataset: DatasetArgs,
         /// Destination: a .parquet or .jsonl file, or a folder.
         #[arg(long, value_name = "PATH")]
-        to: PathBuf,
+        to: Option<PathBuf>,
+        /// Instead, write what an agent sees of each task into
+        /// DIR/<task_id>/: the repository as a git repository with one
+        /// commit, ISSUE.md, TASK.md and task.json (the policy and the budget).
+        /// No hidden test, reference patch or rung.
+        #[arg(long, value_name = "DIR")]
+        agent_view: Option<PathBuf>,
     },
 }
 

@@ -507,3 +507,114 @@ fn a_lock_with_hashes_builds_its_environment() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
+
+#[test]
+fn the_agent_view_holds_no_hidden_test_reference_patch_or_rung() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("suite.jsonl");
+    let view = dir.path().join("view");
+    let out = pdl_swe(&["tasks", "export", "--to", suite.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = pdl_swe(&["tasks", "export", "--agent-view", view.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = records(&suite);
+    assert_eq!(rows.len(), 18);
+    for row in &rows {
+        let task_id = row["task_id"].as_str().unwrap();
+        let at = view.join(task_id);
+        let mut names: Vec<String> = std::fs::read_dir(&at)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["ISSUE.md", "TASK.md", "repo", "task.json"],
+            "{task_id}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(at.join("ISSUE.md"))
+                .unwrap()
+                .trim_end(),
+            row["problem_statement"].as_str().unwrap().trim_end()
+        );
+        let meta: Value =
+            serde_json::from_slice(&std::fs::read(at.join("task.json")).unwrap()).unwrap();
+        assert_eq!(meta["token_budget"], row["token_budget"]);
+        assert_eq!(meta["patch_policy"]["allowed"], row["patch_policy_allowed"]);
+        // One commit, and the working tree is that commit.
+        let repo = at.join("repo");
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(args)
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(
+            git(&["rev-list", "--count", "HEAD"]).trim(),
+            "1",
+            "{task_id}"
+        );
+        assert_eq!(git(&["status", "--porcelain"]).trim(), "", "{task_id}");
+        // Every file of the view, and every blob of its repository.
+        let mut seen = String::new();
+        for (_, bytes) in read_tree(&at) {
+            seen.push_str(&String::from_utf8_lossy(&bytes));
+        }
+        seen.push_str(&git(&["log", "-p", "--all"]));
+        // The repository holds the task's files, exactly.
+        let files: Vec<(String, Vec<u8>)> = read_tree(&repo)
+            .into_iter()
+            .filter(|(path, _)| !path.starts_with(".git/"))
+            .collect();
+        let mut expected: Vec<(String, Vec<u8>)> = row["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap().to_string(),
+                    f["content"].as_str().unwrap().as_bytes().to_vec(),
+                )
+            })
+            .collect();
+        expected.sort();
+        assert_eq!(files, expected, "{task_id}");
+        // What the agent is meant to see: the files and the issue.
+        let mut pristine: String = files
+            .iter()
+            .map(|(_, bytes)| String::from_utf8_lossy(bytes).into_owned())
+            .collect();
+        pristine.push_str(row["problem_statement"].as_str().unwrap());
+        // Lines the hidden tests, the gold patch and the rungs add that the
+        // repository does not already hold must appear nowhere.
+        let mut secret = vec![
+            row["test_patch"].as_str().unwrap().to_string(),
+            row["patch"].as_str().unwrap().to_string(),
+        ];
+        for rung in row["pdl_extras"]["ladder"].as_array().into_iter().flatten() {
+            secret.push(rung["diff"].as_str().unwrap().to_string());
+        }
+        let mut checked = 0;
+        for diff in &secret {
+            for line in diff.lines() {
+                let Some(added) = line.strip_prefix('+') else {
+                    continue;
+                };
+                let added = added.trim();
+                if line.starts_with("+++") || added.len() < 16 || pristine.contains(added) {
+                    continue;
+                }
+                checked += 1;
+                assert!(!seen.contains(added), "{task_id}: the view holds {added:?}");
+            }
+        }
+        assert!(checked > 0, "{task_id}: nothing to look for");
+    }
+    // A view is never written over an earlier one.
+    let out = pdl_swe(&["tasks", "export", "--agent-view", view.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("not empty"), "{}", text(&out));
+}

@@ -6,6 +6,7 @@
 pub mod builtin;
 pub mod chat;
 pub mod tools;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -71,7 +71,45 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
                 exit::FAILURES
             })
         }
-        TasksCommand::Export { dataset, to } => {
+        TasksCommand::Export {
+            dataset,
+            agent_view: Some(dir),
+            ..
+        } => {
+            let ds = load_dataset(dataset)?;
+            let mut failed = 0usize;
+            for task in &ds.tasks {
+                let at = dir.join(&task.row.task_id);
+                if let Err(e) = pdl_episode::agent::view::write_agent_view(task, &at) {
+                    failed += 1;
+                    eprintln!(
+                        "error: {}: {}",
+                        terminal_safe(&task.row.task_id),
+                        terminal_safe(&e.to_string())
+                    );
+                }
+            }
+            eprintln!(
+                "wrote the agent's view of {} tasks from {} to {}",
+                ds.tasks.len() - failed,
+                terminal_safe(&ds.source),
+                dir.display()
+            );
+            report_load_errors(&ds.errors);
+            if failed > 0 {
+                return Ok(exit::USAGE);
+            }
+            Ok(if ds.errors.is_empty() {
+                exit::SUCCESS
+            } else {
+                exit::FAILURES
+            })
+        }
+        TasksCommand::Export {
+            dataset,
+            to: Some(to),
+            ..
+        } => {
             let ds = load_dataset(dataset)?;
             let write_errors = match pdl_task::write_dataset(&ds.tasks, to) {
                 Ok(()) => Vec::new(),
@@ -95,6 +133,10 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
             } else {
                 exit::FAILURES
             })
+        }
+        TasksCommand::Export { .. } => {
+            eprintln!("error: tasks export needs --to PATH or --agent-view DIR");
+            Ok(exit::USAGE)
         }
     }
 }
