@@ -649,6 +649,13 @@ pub fn run_campaign(
         skipped,
     });
     if !jobs.is_empty() {
+        // Scratch file systems of harnesses killed earlier are let go first.
+        for path in pdl_sandbox::scratch::detach_orphans() {
+            on_event(CampaignEvent::Warning(format!(
+                "detached the episode file system a killed harness left at {}",
+                path.display()
+            )));
+        }
         // Workspaces and agent scratch: the harness's alone.
         let episodes_root = grader.work_root().join("episodes");
         std::fs::create_dir_all(&episodes_root)

@@ -17,6 +17,73 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+/// The mount source of a scratch file system: this prefix and the pid of the
+/// harness that mounted it, so that a later harness can tell one left by a
+/// harness that is gone ([`detach_orphans`]).
+const SOURCE_PREFIX: &str = "pdl-swe-scratch-";
+
+/// Detaches the scratch file systems that harnesses no longer running left
+/// mounted (a harness killed with SIGKILL cannot detach its own); returns
+/// where they were. Best effort: what cannot be read or detached is left.
+pub fn detach_orphans() -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut detached = Vec::new();
+    for line in table.lines() {
+        // "id parent major:minor root mountpoint options ... - fstype source superoptions"
+        let Some((before, after)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut tail = after.split(' ');
+        let (Some("tmpfs"), Some(source)) = (tail.next(), tail.next()) else {
+            continue;
+        };
+        let Some(pid) = source
+            .strip_prefix(SOURCE_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let Some(mountpoint) = before.split(' ').nth(4) else {
+            continue;
+        };
+        let path = PathBuf::from(unescape_mountinfo(mountpoint));
+        if detach(&path).is_ok() {
+            detached.push(path);
+        }
+    }
+    detached
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, and so on).
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value = bytes[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+            out.push(value as u8);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Every scratch file system mounted now, for [`detach_all`].
 static MOUNTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
@@ -72,9 +139,11 @@ impl ScratchFs {
         .expect("no NUL in mount options");
         // SAFETY: every pointer is a valid NUL-terminated string that outlives
         // the call.
+        let source = CString::new(format!("{SOURCE_PREFIX}{}", std::process::id()))
+            .expect("no NUL in a number");
         let rc = unsafe {
             libc::mount(
-                c"pdl-swe-scratch".as_ptr(),
+                source.as_ptr(),
                 target.as_ptr(),
                 c"tmpfs".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
@@ -178,6 +247,15 @@ mod tests {
         assert!(big.is_err());
         drop(fs);
         assert_eq!(std::fs::read_dir(&at).unwrap().count(), 0);
+        // The source names this harness; a mount of a harness that is gone is
+        // found and detached by the next one.
+        let other = ScratchFs::mount(&at, ScratchBounds::default()).unwrap();
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(table.contains(&format!("{SOURCE_PREFIX}{}", std::process::id())));
+        std::mem::forget(other);
+        assert!(detach_orphans().is_empty(), "our own mount is no orphan");
+        detach(&at).unwrap();
+        assert_eq!(unescape_mountinfo("/tmp/a\\040b"), "/tmp/a b");
         // A mount left behind is detached, never stacked.
         let first = ScratchFs::mount(&at, ScratchBounds::default()).unwrap();
         std::fs::write(at.join("old"), b"x").unwrap();

@@ -955,6 +955,14 @@ fn a_harness_killed_in_the_middle_of_an_episode_reports_its_spend_and_leaves_the
     let helpers = sandbox_helpers(pid);
     sigkill(pid);
     first.wait().unwrap();
+    // The killed harness could not detach its episode's file system.
+    let source = format!("pdl-swe-scratch-{pid} ");
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&source)
+    };
+    assert!(mounted(), "no scratch file system of the killed harness");
     // The orphaned agent leaves when its call breaks off.
     let gone = wait_until(std::time::Duration::from_secs(60), || {
         helpers
@@ -981,6 +989,11 @@ fn a_harness_killed_in_the_middle_of_an_episode_reports_its_spend_and_leaves_the
 
     let again = pdl_swe(&args);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    // The next harness let it go (this one, or one of a test running beside).
+    assert!(
+        !mounted(),
+        "the killed harness's file system is still mounted"
+    );
     let eps = episodes(&out);
     assert_eq!(eps.len(), 1);
     let ep = &eps[0]["episode"];

@@ -197,9 +197,12 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
                     ));
                 }
             }
+            // A hidden bar (stderr is no terminal) drops what it prints.
             CampaignEvent::Warning(message) => match &bar {
-                Some(b) => b.println(format!("warning: {}", terminal_safe(&message))),
-                None => eprintln!("warning: {}", terminal_safe(&message)),
+                Some(b) if !b.is_hidden() => {
+                    b.println(format!("warning: {}", terminal_safe(&message)))
+                }
+                _ => eprintln!("warning: {}", terminal_safe(&message)),
             },
         },
     )
