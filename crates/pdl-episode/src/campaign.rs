@@ -288,6 +288,23 @@ fn resolve_folder(path: &Path) -> PathBuf {
     resolved
 }
 
+/// True when `folder` lies inside `outer` (or is it): by path, or by identity
+/// (device and inode) of `outer` and one of `folder`'s existing ancestors, so
+/// that a bind mount or another name of the same folder is no way around.
+fn lies_within(folder: &Path, outer: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if folder.starts_with(outer) {
+        return true;
+    }
+    let Ok(target) = std::fs::metadata(outer) else {
+        return false;
+    };
+    folder.ancestors().any(|ancestor| {
+        std::fs::metadata(ancestor)
+            .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
+    })
+}
+
 /// Whether a folder's mode keeps agents out of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FolderAccess {
@@ -346,7 +363,7 @@ pub fn check_private_folders(
     for (folder_kind, given, may_close) in folders.into_iter().flatten() {
         let folder = resolve_folder(given);
         for (path, system) in &readable {
-            let exposed = folder.starts_with(path) || (!system && path.starts_with(&folder));
+            let exposed = lies_within(&folder, path) || (!system && lies_within(path, &folder));
             if !exposed {
                 continue;
             }
@@ -384,7 +401,7 @@ pub fn check_hidden_inputs(
         let folder = resolve_folder(given);
         for path in agent_paths.iter().map(|p| resolve_folder(p)) {
             // An agent path inside them shows the agent only that folder.
-            if folder.starts_with(&path) {
+            if lies_within(&folder, &path) {
                 return Err(ExposedFolder {
                     folder_kind,
                     folder,
@@ -495,6 +512,9 @@ pub fn run_campaign(
         FolderAccess::of(grader.runner()),
     )?;
     make_private(&private)?;
+    // Every run folder is the harness's alone: a later campaign's agent path
+    // may come to hold it, and it names the hidden tests and their outcomes.
+    make_private(&[run_dir.to_path_buf()])?;
     let dir = pdl_fs::Dir::create(run_dir)?;
     // What agents produced is the harness's alone. A folder that cannot be
     // made private here (a link someone planted) is refused, with its path,

@@ -239,6 +239,7 @@ pub fn police_tree(
         }
         Err(e) => return Err(e),
     };
+    let pristine_paths: Vec<&str> = pristine_by_path.keys().copied().collect();
     let mut policed = Policed::default();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     let mut dropped: BTreeSet<String> = BTreeSet::new();
@@ -302,6 +303,10 @@ pub fn police_tree(
         }
         if is_machinery(path, &test_dirs) {
             policed.violation(path, "changes pytest's configuration or plugins");
+            continue;
+        }
+        if pristine.is_none() && policy.names_a_forbidden_module(path, &pristine_paths) {
+            policed.violation(path, "a new module named like a forbidden one");
             continue;
         }
         match policy.decide(path) {

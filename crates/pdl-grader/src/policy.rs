@@ -89,6 +89,21 @@ impl PatchPolicy {
 }
 
 impl PatchPolicy {
+    /// True when a *new* file `path` is a module named like a module the
+    /// policy forbids, anywhere in the tree: a package's `__path__` or
+    /// `sys.path` can be pointed at its folder so that it is imported in the
+    /// forbidden module's place.
+    pub fn names_a_forbidden_module(&self, path: &str, pristine: &[&str]) -> bool {
+        let Some(stem) = module_stem(path) else {
+            return false;
+        };
+        pristine.iter().any(|known| {
+            module_stem(known) == Some(stem)
+                && *known != path
+                && self.decide(known) == PathDecision::Forbidden
+        })
+    }
+
     /// True when `path` would be imported instead of a module whose file the
     /// policy forbids: a file inside a folder named like a forbidden `x.py`
     /// (the package `x/` wins over the module), an extension module `x.so` or
@@ -124,9 +139,44 @@ impl PatchPolicy {
     }
 }
 
+/// The module name a file defines: `x` for `…/x.py`, `…/x.<tag>.so` and
+/// `…/x/__init__.py`.
+fn module_stem(path: &str) -> Option<&str> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    if name == "__init__.py" {
+        return dir.rsplit('/').next().filter(|d| !d.is_empty());
+    }
+    if let Some(stem) = name.strip_suffix(".py") {
+        return Some(stem);
+    }
+    if name.ends_with(".so") {
+        return name.split('.').next();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_module_named_like_a_forbidden_one_is_found_anywhere() {
+        // Third red team: `__path__.insert(0, __path__[0] + "/_alt")` in an
+        // allowed `__init__.py` loaded `src/_alt/snapshot.py` in place of the
+        // forbidden `src/snapshot.py`.
+        let p = policy();
+        let pristine = ["src/snapshot.py", "src/service.py", "src/__init__.py"];
+        assert!(p.names_a_forbidden_module("src/_alt/snapshot.py", &pristine));
+        assert!(p.names_a_forbidden_module("vendor/snapshot/__init__.py", &pristine));
+        assert!(!p.names_a_forbidden_module("src/_alt/service.py", &pristine));
+        assert!(!p.names_a_forbidden_module("src/snapshots.py", &pristine));
+        assert_eq!(module_stem("src/x/__init__.py"), Some("x"));
+        assert_eq!(
+            module_stem("src/x.cpython-311-x86_64-linux-gnu.so"),
+            Some("x")
+        );
+        assert_eq!(module_stem("README.md"), None);
+    }
 
     #[test]
     fn a_path_imported_in_place_of_a_forbidden_module_is_forbidden() {

@@ -617,4 +617,19 @@ fn the_agent_view_holds_no_hidden_test_reference_patch_or_rung() {
     let out = pdl_swe(&["tasks", "export", "--agent-view", view.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("not empty"), "{}", text(&out));
+    // Nor through a link planted at a task's folder; a relative folder works.
+    let linked = dir.path().join("linked");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&linked).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, linked.join("pdl_open_retry_cap_001")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .args(["tasks", "export", "--agent-view", "linked"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("not a folder"), "{}", text(&out));
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    assert!(linked.join("pdl_open_page_cursor_004/repo/.git").is_dir());
 }

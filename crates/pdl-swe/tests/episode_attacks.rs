@@ -1212,6 +1212,34 @@ fn a_dataset_or_cache_an_agent_could_read_is_refused() {
     assert_eq!(run.status.code(), Some(2), "{said}");
     assert!(said.contains("the cache folder"), "{said}");
     assert!(!out.exists());
+    // Third red team: the same folder under another name (a bind mount).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("PDL_SWE_ALLOW_UNPRIVILEGED").is_some(),
+            "binding a folder needs root; set PDL_SWE_ALLOW_UNPRIVILEGED=1 to leave this out"
+        );
+        return;
+    }
+    let alias = dir.path().join("alias");
+    std::fs::create_dir(&alias).unwrap();
+    let bound = Command::new("mount")
+        .args(["--bind"])
+        .arg(&project)
+        .arg(&alias)
+        .status()
+        .unwrap();
+    assert!(bound.success());
+    let mut args = run_args("http://127.0.0.1:9/v1", &out, &["--agent-cmd", "true"]);
+    let at = args.iter().position(|a| a == "--dataset").unwrap();
+    args[at + 1] = tasks.join(TASK).display().to_string();
+    args.extend(["--agent-path".to_string(), alias.display().to_string()]);
+    let run = pdl_swe(&args);
+    let _ = Command::new("umount").arg(&alias).status();
+    let said = text(&run);
+    assert_eq!(run.status.code(), Some(2), "{said}");
+    assert!(said.contains("the dataset"), "{said}");
+    assert!(!out.exists());
 }
 
 #[test]

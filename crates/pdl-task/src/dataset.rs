@@ -74,6 +74,17 @@ pub fn check_task(task: &Task) -> Result<(), (String, String)> {
         if !seen.insert(f.path.as_str()) {
             return Err(("files".into(), format!("`{}` appears twice", f.path)));
         }
+        // The repository an agent sees may not hold the hidden tests' folder:
+        // what is there comes from test_patch, at grading time only.
+        if f.path.starts_with(HIDDEN_DIR) {
+            return Err((
+                "files".into(),
+                format!(
+                    "`{}` lies in {HIDDEN_DIR}, where only test_patch may put files",
+                    f.path
+                ),
+            ));
+        }
     }
     // A test_patch that is not a diff at all is reported by validation (and
     // refused by the grader); every path one names must be safe here.
@@ -532,6 +543,17 @@ mod tests {
                 |t| t.extras.limits.test_timeout_s = Some(0),
                 "limits.test_timeout_s",
                 "out of range",
+            ),
+            (
+                "a file in the hidden tests' folder",
+                |t| {
+                    t.row.files.push(RepoFile {
+                        path: "tests/hidden/test_peek.py".into(),
+                        content: "def test_x():\n    pass\n".into(),
+                    })
+                },
+                "files",
+                "only test_patch",
             ),
             (
                 "issue too long",

@@ -18,13 +18,29 @@ use super::{prepare_workspace, TaskBrief};
 /// the agent receives it), `TASK.md` (the policy and the budget in prose) and
 /// `task.json` (the same for programs).
 pub fn write_agent_view(task: &Task, dir: &Path) -> io::Result<()> {
-    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{}: the folder is not empty", dir.display()),
-        ));
+    // Never through a link: a view lands where it is asked to, or nowhere.
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if !meta.is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: not a folder (a link or a file)", dir.display()),
+            ))
+        }
+        Ok(_) if std::fs::read_dir(dir)?.next().is_some() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: the folder is not empty", dir.display()),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::create_dir(dir)?;
+        }
+        Err(e) => return Err(e),
     }
-    std::fs::create_dir_all(dir)?;
     let brief = TaskBrief {
         problem_statement: task.row.problem_statement.clone(),
         allowed: task.row.patch_policy_allowed.clone(),

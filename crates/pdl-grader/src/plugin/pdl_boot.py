@@ -333,8 +333,28 @@ def _auditor():
         loader_codes,
         test_modules,
         module_type,
+        code_type,
+        open_,
+        compile_,
+        internal_modules,
+        zip_,
     ) = yield
     rewrite_exec, frames_removed, loader_exec = loader_codes
+
+    def same_code(found, expected):
+        # The same bytecode, names and constants, nested code included.
+        pairs = [(found, expected)]
+        while pairs:
+            a, b = pairs.pop()
+            if type_(a) is not code_type or type_(b) is not code_type:
+                return False
+            if a.co_code != b.co_code or a.co_names != b.co_names or length(a.co_consts) != length(b.co_consts):
+                return False
+            for x, y in zip_(a.co_consts, b.co_consts):
+                if type_(x) is code_type or type_(y) is code_type:
+                    pairs.append((x, y))
+        return True
+
     compiled = {}
     executed = {}
     aborted = False
@@ -376,6 +396,13 @@ def _auditor():
                     loader = frame.f_back
                     if loader is not None and loader.f_code is loader_exec:
                         module = loader.f_locals.get("module")
+                        # The code is exactly what the file's source compiles
+                        # to, asserts kept: nothing changed how it was compiled.
+                        with open_(path, "rb") as handle:
+                            expected = compile_(handle.read(), path, "exec", 0, True, 0)
+                        if not same_code(code, expected):
+                            reason = "a test file whose code is not its source's (asserts removed?)"
+                            module = None
                 if type_(module) is module_type:
                     test_modules[path] = (module, code)
         elif name is foreign_event:
@@ -419,11 +446,19 @@ def _auditor():
                 if n > 1:
                     reason = "a test file compiled twice"
         elif name == "import":
+            # CPython's own test modules reach the interpreter's internals
+            # (its configuration: stripping asserts from test files compiled
+            # later); no honest test run imports them.
+            module_name = args[0] if length(args) > 0 else None
             # An extension module is loaded from a file only through this
             # event; its path must lie in the environment or the interpreter's
             # own folders (read-only, so no link of the run's making is there).
             path = args[1] if length(args) > 1 else None
-            if path is not None:
+            if type_(module_name) is not str_type:
+                reason = "a module imported under a name of the wrong type"
+            elif module_name.startswith(internal_modules):
+                reason = "CPython's internal test module " + module_name[:40]
+            elif path is not None:
                 if type_(path) is not str_type:
                     reason = "a module loaded from a path of the wrong type"
                 elif not path.startswith(native_dirs) or "/../" in path or "/./" in path or "//" in path:
@@ -1529,6 +1564,11 @@ def _main():
             ),
             test_modules,
             types.ModuleType,
+            types.CodeType,
+            io.open,
+            compile,
+            ("_test", "_xxtest", "_xxsubinterpreters", "_xxinterpchannels"),
+            zip,
         )
     )
     guardian.send(

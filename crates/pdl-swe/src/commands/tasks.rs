@@ -77,6 +77,10 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
             ..
         } => {
             let ds = load_dataset(dataset)?;
+            // git runs inside each repository: the folder is named absolutely.
+            let dir = std::path::absolute(dir).map_err(|e| {
+                ExitError::usage(anyhow::anyhow!("--agent-view {}: {e}", dir.display()))
+            })?;
             let mut failed = 0usize;
             for task in &ds.tasks {
                 let at = dir.join(&task.row.task_id);
