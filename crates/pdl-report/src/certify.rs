@@ -1195,6 +1195,46 @@ mod tests {
     }
 
     #[test]
+    fn a_run_folder_gives_its_episodes_and_never_follows_a_link() {
+        let ds = dataset();
+        let digest = ds.get("b-v1").unwrap().digest();
+        let mut ep = episode("b-v1", "builtin", 0, 0.4);
+        ep.provenance.task_digest = digest;
+        let pred = prediction(&ds, "b", "m", 1.0, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(run.join(RESULTS_FILE), jsonl(&[ep, pred.clone()])).unwrap();
+        let file = dir.path().join("graded.jsonl");
+        std::fs::write(&file, jsonl(&[pred])).unwrap();
+        let sources = [ResultsSource::of_path(&run), ResultsSource::of_path(&file)];
+        assert!(matches!(sources[0], ResultsSource::RunFolder(_)));
+        let c = Collected::read(&sources, &ds).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.skipped, 1);
+        let agents: Vec<String> = c.groups.keys().map(|(_, k)| k.label()).collect();
+        assert_eq!(
+            agents,
+            vec!["builtin/gpt-x@5000".to_string(), "m".to_string()]
+        );
+        let certs = certificates(&c, &ds, "v", "2026-01-01T00:00:00Z");
+        assert_eq!(certs[0].budget, Some(5000));
+        assert_eq!(certs[0].sources, vec![sources[0].file_label()]);
+        // A linked results.jsonl is an error naming it, never read.
+        let linked = dir.path().join("linked");
+        std::fs::create_dir(&linked).unwrap();
+        std::os::unix::fs::symlink(run.join(RESULTS_FILE), linked.join(RESULTS_FILE)).unwrap();
+        let e = Collected::read(&[ResultsSource::of_path(&linked)], &ds).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let e = Collected::read(
+            &[ResultsSource::of_path(&dir.path().join("none.jsonl"))],
+            &ds,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("none.jsonl"), "{e}");
+    }
+
+    #[test]
     fn slugs_are_file_names() {
         let key = |a: &str, m: &str| AgentKey {
             agent: a.into(),
