@@ -19,6 +19,9 @@
 //! [`write_all`] writes `report.json`, `report.md` and `index.html`. Nothing here
 //! prints.
 //!
+//! [`certify`] reads graded results (prediction records and run folders) into
+//! dated certificates per task and agent, and applies the tier gates to them.
+//!
 //! ```no_run
 //! use std::collections::BTreeMap;
 //! use std::path::Path;
@@ -30,6 +33,7 @@
 //! # Ok::<(), pdl_report::ReportError>(())
 //! ```
 
+pub mod certify;
 pub mod error;
 mod links;
 pub mod load;

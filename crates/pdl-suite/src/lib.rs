@@ -26,6 +26,19 @@ pub fn trees() -> Vec<(String, TreeFiles)> {
         .collect()
 }
 
+/// The certificates of the bundled tasks (the files of each task's
+/// `certificates/` folder), as `(task folder name, file name, bytes)`.
+pub fn certificates() -> Vec<(String, String, Vec<u8>)> {
+    embedded::CERTIFICATES
+        .iter()
+        .flat_map(|(task, files)| {
+            files
+                .iter()
+                .map(move |(name, bytes)| (task.to_string(), name.to_string(), bytes.to_vec()))
+        })
+        .collect()
+}
+
 /// Loads the bundled suite.
 pub fn bundled() -> Dataset {
     let trees = trees();

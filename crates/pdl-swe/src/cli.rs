@@ -86,6 +86,9 @@ pub enum Command {
     /// The replay model: a local OpenAI- and Anthropic-compatible server.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Dated certificates per task and agent from graded results; --check
+    /// applies the tier gates to them.
+    Certify(CertifyArgs),
     /// Check this machine: Python, installer, git, sandbox and its start cost.
     Doctor(DoctorArgs),
     /// Internal: the sandbox's first process (its spec arrives on descriptor 4).
@@ -95,7 +98,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
-    /// One line per task: id, tier, domain, test counts, budget, rungs.
+    /// One line per task: id, tier, domain, test counts, budget, rungs,
+    /// certification status.
     List {
         #[command(flatten)]
         dataset: DatasetArgs,
@@ -171,6 +175,35 @@ pub struct GradeArgs {
     /// Output format of the summary.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct CertifyArgs {
+    /// Graded results: `grade --out` files (JSONL of result records) and
+    /// campaign run folders (their results.jsonl, episode records only).
+    #[arg(value_name = "RESULTS", required_unless_present = "check")]
+    pub results: Vec<PathBuf>,
+    /// Instead of writing certificates, read every task's certificates and
+    /// apply the tier gates; exit 1 when a task's tier is not supported.
+    #[arg(long, conflicts_with = "results")]
+    pub check: bool,
+    /// A YAML file that overrides each tier's minimum attempts
+    /// (`min_attempts: {T5: 5}`); with --check.
+    #[arg(long, value_name = "FILE", requires = "check")]
+    pub gates: Option<PathBuf>,
+    /// The folder of task folders that holds the certificates
+    /// (DIR/<task_id>/certificates/). Default: the dataset, when it is a task
+    /// tree (the bundled suite's is the repository's `tasks` folder).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub dataset: DatasetArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// The same as --format json.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

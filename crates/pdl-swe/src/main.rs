@@ -37,6 +37,7 @@ fn main() {
         cli::Command::Validate(args) => commands::validate::run(args),
         cli::Command::Calibrate(args) => commands::calibrate::run(args),
         cli::Command::Grade(args) => commands::grade::run(args),
+        cli::Command::Certify(args) => commands::certify::run(args),
         cli::Command::Doctor(args) => commands::doctor::run(args),
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Report(args) => commands::report::run(args),

@@ -274,7 +274,12 @@ fn the_bundled_suite_survives_every_conversion_byte_for_byte() {
             tree.to_str().unwrap(),
         ]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        let (got, want) = (read_tree(&tree), read_tree(&original));
+        // Certificates are not part of a task: conversion does not carry them.
+        let want: Vec<(String, Vec<u8>)> = read_tree(&original)
+            .into_iter()
+            .filter(|(name, _)| name.split('/').nth(1) != Some("certificates"))
+            .collect();
+        let got = read_tree(&tree);
         let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
         assert_eq!(
             names(&got),
@@ -632,4 +637,284 @@ fn the_agent_view_holds_no_hidden_test_reference_patch_or_rung() {
     assert!(text(&out).contains("not a folder"), "{}", text(&out));
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     assert!(linked.join("pdl_open_page_cursor_004/repo/.git").is_dir());
+}
+
+/// The certificates of a task in a task tree, as (file name, JSON), by name.
+fn certificates_of(tree: &Path, task_id: &str) -> Vec<(String, Value)> {
+    let dir = tree.join(task_id).join("certificates");
+    let mut out: Vec<(String, Value)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
+    const T1: &str = "pdl_open_retry_cap_001";
+    const T5: &str = "pdl_open_rule_cascade_017";
+    let dir = tempfile::tempdir().unwrap();
+    let gold = |id: &str| {
+        std::fs::read_to_string(
+            repo_root()
+                .join("tasks")
+                .join(id)
+                .join("solution/gold.diff"),
+        )
+        .unwrap()
+    };
+    // The T1 task: solved once, missed once; the T5 task: three "agents" that
+    // all submit the reference patch (so its gate must fail).
+    let mut predictions = vec![
+        serde_json::json!({"instance_id": format!("{T1}-v1"), "model_name_or_path": "solver/x-1", "model_patch": gold(T1)}),
+        serde_json::json!({"instance_id": format!("{T1}-v1"), "model_name_or_path": "idle", "model_patch": ""}),
+        serde_json::json!({"instance_id": "pdl_open_nowhere_999-v1", "model_name_or_path": "idle", "model_patch": ""}),
+    ];
+    for m in ["frontier-a", "frontier-b", "frontier-c"] {
+        predictions.push(serde_json::json!({"instance_id": format!("{T5}-v1"), "model_name_or_path": m, "model_patch": gold(T5)}));
+    }
+    let preds = dir.path().join("preds.jsonl");
+    std::fs::write(
+        &preds,
+        predictions
+            .iter()
+            .map(|p| format!("{p}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let results = dir.path().join("results.jsonl");
+    let out = pdl_swe(&[
+        "grade",
+        "--predictions",
+        preds.to_str().unwrap(),
+        "--out",
+        results.to_str().unwrap(),
+        "-j",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let graded = records(&results);
+    assert_eq!(graded.len(), 6, "{}", text(&out));
+    let unknown_line = graded
+        .iter()
+        .position(|r| r["instance_id"] == "pdl_open_nowhere_999-v1")
+        .unwrap()
+        + 1;
+
+    let tree = dir.path().join("tree");
+    let out = pdl_swe(&["tasks", "export", "--to", tree.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // Without a task tree to write into, certify asks for --out.
+    let out = pdl_swe(&["certify", results.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--out"), "{}", text(&out));
+
+    let out = pdl_swe(&[
+        "certify",
+        results.to_str().unwrap(),
+        "--dataset",
+        tree.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}:{unknown_line}: unknown task `pdl_open_nowhere_999-v1`",
+            results.display()
+        )),
+        "{}",
+        text(&out)
+    );
+    let t1 = certificates_of(&tree, T1);
+    assert_eq!(t1.len(), 2, "{t1:?}");
+    let (name, idle) = &t1[0];
+    assert!(
+        name.starts_with("idle-20") && name.ends_with(".json"),
+        "{name}"
+    );
+    let task_record = graded
+        .iter()
+        .find(|r| r["instance_id"] == format!("{T1}-v1"))
+        .unwrap();
+    assert_eq!(idle["task_id"], T1);
+    assert_eq!(idle["instance_id"], format!("{T1}-v1"));
+    assert_eq!(idle["tier"], "T1");
+    assert_eq!(
+        idle["task_digest"],
+        task_record["provenance"]["task_digest"]
+    );
+    assert_eq!(
+        idle["harness_version"],
+        task_record["provenance"]["harness_version"]
+    );
+    assert_eq!(idle["agent"], "idle");
+    assert_eq!(idle["model"], "idle");
+    assert_eq!(idle["budget"], Value::Null);
+    assert_eq!(idle["rewards"], serde_json::json!([0.2]));
+    assert_eq!(idle["attempts"], 1);
+    assert_eq!(idle["solve_rate"], 0.0);
+    assert_eq!(idle["verdicts"], serde_json::json!({"graded": 1}));
+    let date = idle["date"].as_str().unwrap();
+    assert!(date.ends_with('Z') && date.len() == 20, "{date}");
+    assert!(name.contains(&date[..10]), "{name} {date}");
+    let (name, solver) = &t1[1];
+    assert!(name.starts_with("solver-x-1-"), "{name}");
+    assert_eq!(solver["model"], "solver/x-1");
+    assert_eq!(solver["rewards"], serde_json::json!([1.0]));
+    assert_eq!(solver["solve_rate"], 1.0);
+    let t5 = certificates_of(&tree, T5);
+    assert_eq!(t5.len(), 3);
+    assert!(t5
+        .iter()
+        .all(|(_, c)| c["rewards"] == serde_json::json!([1.0])));
+
+    // Written again elsewhere, a certificate never replaces an earlier one.
+    let other = dir.path().join("other");
+    for _ in 0..2 {
+        let out = pdl_swe(&[
+            "certify",
+            results.to_str().unwrap(),
+            "--out",
+            other.to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["certificates"].as_array().unwrap().len(), 5);
+    }
+    let names: Vec<String> = certificates_of(&other, T1)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        names.iter().filter(|n| n.ends_with("-2.json")).count() == 2,
+        "{names:?}"
+    );
+
+    // The gates: the T1 task is reported, the T5 task fails its gate.
+    let check = |extra: &[&str]| {
+        let mut args = vec!["certify", "--check", "--dataset", tree.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        pdl_swe(&args)
+    };
+    let out = check(&["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["supported"], false);
+    let task = |id: &str| {
+        summary["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["task_id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let low = task(T1);
+    assert_eq!(low["gate"]["status"], "no_gate");
+    assert_eq!(low["supported"], true);
+    assert_eq!(low["attempts"], 2);
+    assert_eq!(low["solve_rate"], 0.5);
+    let high = task(T5);
+    assert_eq!(high["gate"]["status"], "fails");
+    assert_eq!(high["supported"], false);
+    assert_eq!(high["certificates"], 3);
+    assert_eq!(high["attempts"], 3);
+    assert_eq!(
+        task("pdl_open_meter_rewind_016")["gate"]["status"],
+        "insufficient"
+    );
+
+    let out = check(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = |id: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(id))
+            .unwrap_or_else(|| panic!("no line for {id}: {stdout}"))
+            .to_string()
+    };
+    assert!(
+        line(T1).contains("no gate") && line(T1).contains("0.500 (1/2)"),
+        "{stdout}"
+    );
+    assert!(
+        line(T5).contains("fails: 3 of 3 attempts scored 1.0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("not supported: no certificate"), "{stdout}");
+
+    // One task folder: its own certificates, its own verdict.
+    let out = pdl_swe(&[
+        "certify",
+        "--check",
+        "--dataset",
+        tree.join(T1).to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // A gates file can ask the T1 task for more attempts.
+    let gates = dir.path().join("gates.yaml");
+    std::fs::write(&gates, "min_attempts:\n  T1: 5\n").unwrap();
+    let out = pdl_swe(&[
+        "certify",
+        "--check",
+        "--dataset",
+        tree.join(T1).to_str().unwrap(),
+        "--gates",
+        gates.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("2 attempts, the gate needs 5"),
+        "{}",
+        text(&out)
+    );
+
+    // The task list shows the status.
+    let out = pdl_swe(&["tasks", "list", "--dataset", tree.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let listed = |id: &str| stdout.lines().find(|l| l.contains(id)).unwrap().to_string();
+    assert!(listed(T1).contains("T1 1/2 solved"), "{stdout}");
+    assert!(listed(T5).contains("T5 fails (3)"), "{stdout}");
+
+    // Once the task changes, its certificates are stale and not counted.
+    let manifest = tree.join(T1).join("manifest.yaml");
+    let text_before = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text_before.replacen("domain: ", "domain: (revised) ", 1),
+    )
+    .unwrap();
+    let out = check(&["--json"]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let low = summary["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == T1)
+        .unwrap();
+    assert_eq!(low["certificates"], 0);
+    assert_eq!(low["stale"].as_array().unwrap().len(), 2);
+    assert_eq!(low["attempts"], 0);
+    let out = pdl_swe(&["tasks", "list", "--dataset", tree.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout
+            .lines()
+            .find(|l| l.contains(T1))
+            .unwrap()
+            .contains("stale"),
+        "{stdout}"
+    );
 }

@@ -9,6 +9,8 @@
 //!   solution/test_patch.diff only when `test_patch` is not the canonical
 //!                            rendering of hidden/ (kept so conversion is lossless)
 //!   ladder/<rung>            one diff per registered rung
+//!   certificates/            dated certification results (`pdl-swe certify`);
+//!                            not part of the task, skipped when it is read
 //! ```
 //!
 //! [`task_from_tree`] and [`task_to_tree`] convert between a map of relative path
@@ -35,6 +37,11 @@ const HIDDEN: &str = "hidden/";
 const GOLD: &str = "solution/gold.diff";
 const TEST_PATCH: &str = "solution/test_patch.diff";
 const LADDER: &str = "ladder/";
+
+/// The folder of a task tree that holds its certificates. It is not part of
+/// the task: [`read_tree_dir`] skips it, so certifying a task never changes
+/// what it is (nor its digest).
+pub const CERTIFICATES_DIR: &str = "certificates";
 
 /// A task tree as relative path (with `/`) → bytes.
 pub type TreeFiles = BTreeMap<String, Vec<u8>>;
@@ -125,7 +132,8 @@ fn is_junk(path: &str) -> bool {
 }
 
 /// Reads a task folder into a [`TreeFiles`] map, skipping `__pycache__/`, `*.pyc`,
-/// `.pytest_cache/` and `.DS_Store`.
+/// `.pytest_cache/` and `.DS_Store`, and the top-level [`CERTIFICATES_DIR`]
+/// (which is never entered).
 ///
 /// Every entry is looked at without following it before anything is opened:
 /// a symbolic link, FIFO, socket or device anywhere in the tree is an error
@@ -141,6 +149,8 @@ pub fn read_tree_dir(dir: &Path) -> Result<TreeFiles, LoadError> {
     for entry in walkdir::WalkDir::new(dir)
         .follow_links(false)
         .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !(e.depth() == 1 && e.file_name() == CERTIFICATES_DIR))
     {
         let entry = entry.map_err(|e| LoadError::source(&name, e.to_string()))?;
         let relative = entry
@@ -503,6 +513,29 @@ limits:
         assert!(String::from_utf8(back[MANIFEST].clone())
             .unwrap()
             .contains("tier: T2"));
+    }
+
+    #[test]
+    fn a_certificates_folder_is_not_part_of_the_task() {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, bytes) in sample_tree() {
+            let at = dir.path().join(&path);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, bytes).unwrap();
+        }
+        let plain = read_tree_dir(dir.path()).unwrap();
+        let certs = dir.path().join(CERTIFICATES_DIR);
+        std::fs::create_dir(&certs).unwrap();
+        std::fs::write(certs.join("agent-2026-01-02.json"), b"{}").unwrap();
+        // Even a link there does not make the task unreadable.
+        std::os::unix::fs::symlink("/etc/passwd", certs.join("link.json")).unwrap();
+        assert_eq!(read_tree_dir(dir.path()).unwrap(), plain);
+        // Only the top-level folder is skipped.
+        std::fs::create_dir_all(dir.path().join("fixtures/certificates")).unwrap();
+        std::fs::write(dir.path().join("fixtures/certificates/x.txt"), b"x\n").unwrap();
+        assert!(read_tree_dir(dir.path())
+            .unwrap()
+            .contains_key("fixtures/certificates/x.txt"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! libraries, and renders what they return.
 
 pub mod calibrate;
+pub mod certify;
 pub mod doctor;
 pub mod grade;
 pub mod model;

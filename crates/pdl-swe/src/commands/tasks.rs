@@ -1,10 +1,14 @@
 //! `pdl-swe tasks list` and `pdl-swe tasks export`.
 
+use std::collections::HashMap;
+
+use pdl_report::certify::Gates;
 use serde::Serialize;
 
 use pdl_report::terminal_safe;
 
 use crate::cli::{Format, TasksCommand};
+use crate::commands::certify::{certificate_source, certify_all};
 use crate::commands::report_load_errors;
 use crate::exit::{self, ExitError};
 use crate::render::{print_json, table};
@@ -19,6 +23,8 @@ struct TaskLine<'a> {
     public_tests: usize,
     token_budget: i64,
     rungs: &'a [String],
+    /// The certification status (`T5 holds (3)`, `stale`, `-`).
+    certified: String,
 }
 
 /// Runs a `tasks` subcommand.
@@ -26,10 +32,31 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
     match cmd {
         TasksCommand::List { dataset, format } => {
             let ds = load_dataset(dataset)?;
+            let mut status: HashMap<String, String> = HashMap::new();
+            if let Some(source) = certificate_source(dataset, None) {
+                match certify_all(&ds, &source, &Gates::default()) {
+                    Ok((certified, warnings)) => {
+                        for w in &warnings {
+                            eprintln!("warning: {}", terminal_safe(&w.to_string()));
+                        }
+                        for c in certified {
+                            status.insert(c.task_id.clone(), c.short_status());
+                        }
+                    }
+                    Err(e) => eprintln!(
+                        "warning: certificates not read: {}",
+                        terminal_safe(&format!("{:#}", e.error))
+                    ),
+                }
+            }
             let lines: Vec<TaskLine> = ds
                 .tasks
                 .iter()
                 .map(|t| TaskLine {
+                    certified: status
+                        .get(&t.row.task_id)
+                        .cloned()
+                        .unwrap_or_else(|| "-".into()),
                     instance_id: &t.row.instance_id,
                     tier: &t.row.tier,
                     domain: &t.row.domain,
@@ -43,7 +70,14 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
                 Format::Json => print_json(&lines)?,
                 Format::Table => {
                     let mut t = table(&[
-                        "task", "tier", "domain", "hidden", "public", "budget", "rungs",
+                        "task",
+                        "tier",
+                        "domain",
+                        "hidden",
+                        "public",
+                        "budget",
+                        "rungs",
+                        "certified",
                     ]);
                     for l in &lines {
                         t.add_row(vec![
@@ -58,6 +92,7 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
                             } else {
                                 l.rungs.join(", ")
                             },
+                            l.certified.clone(),
                         ]);
                     }
                     println!("{}", terminal_safe(&t.to_string()));
