@@ -271,6 +271,13 @@ impl RecordLog {
             .map_err(std::io::Error::from)?;
         let mut content = Vec::new();
         file.read_to_end(&mut content).map_err(with_path)?;
+        if content.is_empty() {
+            // Results name the hidden tests and their outcomes: a new file is
+            // the user's alone (an agent path may come to hold it).
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(with_path)?;
+        }
         if !content.is_empty() && !content.ends_with(b"\n") {
             let keep = content
                 .iter()
@@ -328,6 +335,22 @@ impl RecordLog {
 #[cfg(test)]
 mod record_log_tests {
     use super::*;
+
+    #[test]
+    fn a_new_results_file_is_the_users_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        drop(RecordLog::open(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // An existing file keeps the mode its owner gave it.
+        std::fs::write(&path, "not a record\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        drop(RecordLog::open(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+    }
 
     #[test]
     fn a_symlinked_log_is_refused_and_its_target_untouched() {

@@ -193,6 +193,9 @@ pub(crate) struct RunCgroup {
     version: LimitScope,
 }
 
+/// Numbers the run cgroups of this process.
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
 impl RunCgroup {
     /// Makes a cgroup with these bounds, or `None` when the machine offers no
     /// usable cgroups.
@@ -200,7 +203,6 @@ impl RunCgroup {
         memory_bytes: Option<u64>,
         max_processes: Option<u64>,
     ) -> std::io::Result<Option<RunCgroup>> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let Some(layout) = layout() else {
             return Ok(None);
         };
@@ -210,8 +212,15 @@ impl RunCgroup {
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let made = |dir: PathBuf| -> std::io::Result<PathBuf> {
-            std::fs::create_dir(&dir)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+            match std::fs::create_dir(&dir) {
+                // A harness that is gone had this pid (a killed one leaves its
+                // groups): an empty group goes, a busy one stays an error.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::fs::remove_dir(&dir).and_then(|()| std::fs::create_dir(&dir))
+                }
+                other => other,
+            }
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
             Ok(dir)
         };
         let cgroup = match layout {
@@ -400,4 +409,38 @@ pub(crate) fn join_from_child(procs: &[i32]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_group_a_killed_harness_left_under_this_pid_is_replaced() {
+        // A harness killed with SIGKILL leaves its groups; a later harness
+        // given the same pid must not fail to create its own.
+        let Some(layout) = layout() else {
+            assert!(
+                std::env::var_os("PDL_SWE_ALLOW_UNPRIVILEGED").is_some(),
+                "no usable cgroups; set PDL_SWE_ALLOW_UNPRIVILEGED=1 to leave this out"
+            );
+            return;
+        };
+        let next = COUNTER.load(Ordering::SeqCst);
+        let name = format!("pdl-swe-{}-{next}", std::process::id());
+        let parents: Vec<PathBuf> = match layout {
+            Layout::V2 { parent } => vec![parent.clone()],
+            Layout::V1 { memory, pids, cpu } => {
+                let mut v = vec![memory.clone(), pids.clone()];
+                v.extend(cpu.clone());
+                v
+            }
+        };
+        for parent in &parents {
+            std::fs::create_dir(parent.join(&name)).unwrap();
+        }
+        let cgroup = RunCgroup::create(Some(64 << 20), Some(32)).unwrap();
+        assert!(cgroup.is_some());
+        drop(cgroup);
+    }
 }

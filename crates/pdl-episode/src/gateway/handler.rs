@@ -328,6 +328,14 @@ async fn call(shared: Arc<Shared>, api: ApiKind, headers: HeaderMap, body: Body)
     let mut held = HeldBody::new(&episode);
     let read = read_body(body, limit, limits.body_read_timeout, Some(&mut held)).await;
     if let Some(error) = read.error {
+        // What is left is read and dropped (not held), so that the client
+        // gets the answer rather than a reset connection.
+        drain(
+            read.rest,
+            limits.max_request_bytes,
+            limits.body_read_timeout,
+        )
+        .await;
         return refusal
             .refuse(
                 StatusCode::BAD_REQUEST,
