@@ -240,6 +240,7 @@ pub fn police_tree(
         Err(e) => return Err(e),
     };
     let pristine_paths: Vec<&str> = pristine_by_path.keys().copied().collect();
+    let forbidden_modules = policy.forbidden_modules(&pristine_paths);
     let mut policed = Policed::default();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     let mut dropped: BTreeSet<String> = BTreeSet::new();
@@ -305,7 +306,7 @@ pub fn police_tree(
             policed.violation(path, "changes pytest's configuration or plugins");
             continue;
         }
-        if pristine.is_none() && policy.names_a_forbidden_module(path, &pristine_paths) {
+        if pristine.is_none() && forbidden_modules.names(path) {
             policed.violation(path, "a new module named like a forbidden one");
             continue;
         }

@@ -89,19 +89,18 @@ impl PatchPolicy {
 }
 
 impl PatchPolicy {
-    /// True when a *new* file `path` is a module named like a module the
-    /// policy forbids, anywhere in the tree: a package's `__path__` or
-    /// `sys.path` can be pointed at its folder so that it is imported in the
-    /// forbidden module's place.
-    pub fn names_a_forbidden_module(&self, path: &str, pristine: &[&str]) -> bool {
-        let Some(stem) = module_stem(path) else {
-            return false;
-        };
-        pristine.iter().any(|known| {
-            module_stem(known) == Some(stem)
-                && *known != path
-                && self.decide(known) == PathDecision::Forbidden
-        })
+    /// The module names of the pristine files the policy forbids. A *new*
+    /// file defining a module of one of these names, anywhere in the tree, can
+    /// be imported in the forbidden module's place (a package's `__path__` or
+    /// `sys.path` pointed at its folder): see [`ForbiddenModules::names`].
+    pub fn forbidden_modules<'a>(&self, pristine: &[&'a str]) -> ForbiddenModules<'a> {
+        ForbiddenModules(
+            pristine
+                .iter()
+                .filter(|known| self.decide(known) == PathDecision::Forbidden)
+                .filter_map(|known| module_stem(known))
+                .collect(),
+        )
     }
 
     /// True when `path` would be imported instead of a module whose file the
@@ -139,6 +138,17 @@ impl PatchPolicy {
     }
 }
 
+/// The module names of a tree's forbidden files ([`PatchPolicy::forbidden_modules`]).
+#[derive(Debug, Clone, Default)]
+pub struct ForbiddenModules<'a>(std::collections::BTreeSet<&'a str>);
+
+impl ForbiddenModules<'_> {
+    /// True when the new file `path` defines a module named like a forbidden one.
+    pub fn names(&self, path: &str) -> bool {
+        module_stem(path).is_some_and(|stem| self.0.contains(stem))
+    }
+}
+
 /// The module name a file defines: `x` for `…/x.py`, `…/x.<tag>.so` and
 /// `…/x/__init__.py`.
 fn module_stem(path: &str) -> Option<&str> {
@@ -166,10 +176,11 @@ mod tests {
         // forbidden `src/snapshot.py`.
         let p = policy();
         let pristine = ["src/snapshot.py", "src/service.py", "src/__init__.py"];
-        assert!(p.names_a_forbidden_module("src/_alt/snapshot.py", &pristine));
-        assert!(p.names_a_forbidden_module("vendor/snapshot/__init__.py", &pristine));
-        assert!(!p.names_a_forbidden_module("src/_alt/service.py", &pristine));
-        assert!(!p.names_a_forbidden_module("src/snapshots.py", &pristine));
+        let forbidden = p.forbidden_modules(&pristine);
+        assert!(forbidden.names("src/_alt/snapshot.py"));
+        assert!(forbidden.names("vendor/snapshot/__init__.py"));
+        assert!(!forbidden.names("src/_alt/service.py"));
+        assert!(!forbidden.names("src/snapshots.py"));
         assert_eq!(module_stem("src/x/__init__.py"), Some("x"));
         assert_eq!(
             module_stem("src/x.cpython-311-x86_64-linux-gnu.so"),

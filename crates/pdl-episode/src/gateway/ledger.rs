@@ -121,20 +121,11 @@ impl Ledger {
     /// attempts that were never closed spent beyond it. `path` names the file
     /// in messages.
     pub fn resume(mut file: File, path: PathBuf) -> Result<Ledger, LedgerError> {
+        let text = read_whole(&mut file, &path)?;
         let io_err = |source| LedgerError::Io {
             path: path.clone(),
             source,
         };
-        let len = file.metadata().map_err(io_err)?.len();
-        if len > MAX_LEDGER_BYTES {
-            return Err(LedgerError::Malformed { path });
-        }
-        file.seek(SeekFrom::Start(0)).map_err(io_err)?;
-        let mut text = Vec::new();
-        (&mut file)
-            .take(MAX_LEDGER_BYTES)
-            .read_to_end(&mut text)
-            .map_err(io_err)?;
         let (carried, interrupted) = match read_lines(&text) {
             Some(spend) => spend,
             // Nothing but a torn first write: nothing was forwarded yet.
@@ -157,22 +148,7 @@ impl Ledger {
     /// spend as a `closed` line, calls still in flight charged whole. The
     /// campaign calls it when the attempt's outcome is about to be recorded.
     pub fn close(mut file: File, path: &Path) -> Result<(), LedgerError> {
-        let io_err = |source| LedgerError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let len = file.metadata().map_err(io_err)?.len();
-        if len > MAX_LEDGER_BYTES {
-            return Err(LedgerError::Malformed {
-                path: path.to_path_buf(),
-            });
-        }
-        file.seek(SeekFrom::Start(0)).map_err(io_err)?;
-        let mut text = Vec::new();
-        (&mut file)
-            .take(MAX_LEDGER_BYTES)
-            .read_to_end(&mut text)
-            .map_err(io_err)?;
+        let text = read_whole(&mut file, path)?;
         let Some(last) = whole_lines(&text).pop() else {
             return Ok(());
         };
@@ -196,7 +172,10 @@ impl Ledger {
         }
         serde_json::to_writer(&mut bytes, &line).expect("ledger lines serialize");
         bytes.push(b'\n');
-        file.write_all(&bytes).map_err(io_err)
+        file.write_all(&bytes).map_err(|source| LedgerError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// What attempts of the slot that were never closed (the harness was
@@ -226,6 +205,25 @@ impl Ledger {
             torn: false,
         }
     }
+}
+
+/// The whole ledger file, from its start, refused past [`MAX_LEDGER_BYTES`].
+fn read_whole(file: &mut File, path: &Path) -> Result<Vec<u8>, LedgerError> {
+    let io_err = |source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if file.metadata().map_err(io_err)?.len() > MAX_LEDGER_BYTES {
+        return Err(LedgerError::Malformed {
+            path: path.to_path_buf(),
+        });
+    }
+    file.seek(SeekFrom::Start(0)).map_err(io_err)?;
+    let mut text = Vec::new();
+    file.take(MAX_LEDGER_BYTES)
+        .read_to_end(&mut text)
+        .map_err(io_err)?;
+    Ok(text)
 }
 
 /// The ledger lines among the whole lines of `text` (a torn last line and

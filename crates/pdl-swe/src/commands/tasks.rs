@@ -134,15 +134,7 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
                 terminal_safe(&ds.source),
                 dir.display()
             );
-            report_load_errors(&ds.errors);
-            if failed > 0 {
-                return Ok(exit::USAGE);
-            }
-            Ok(if ds.errors.is_empty() {
-                exit::SUCCESS
-            } else {
-                exit::FAILURES
-            })
+            Ok(export_exit(failed > 0, &ds.errors))
         }
         TasksCommand::Export {
             dataset,
@@ -163,19 +155,24 @@ pub fn run(cmd: &TasksCommand) -> Result<i32, ExitError> {
                 terminal_safe(&ds.source),
                 to.display()
             );
-            report_load_errors(&ds.errors);
-            if !write_errors.is_empty() {
-                return Ok(exit::USAGE);
-            }
-            Ok(if ds.errors.is_empty() {
-                exit::SUCCESS
-            } else {
-                exit::FAILURES
-            })
+            Ok(export_exit(!write_errors.is_empty(), &ds.errors))
         }
         TasksCommand::Export { .. } => {
             eprintln!("error: tasks export needs --to PATH or --agent-view DIR");
             Ok(exit::USAGE)
         }
+    }
+}
+
+/// Reports the tasks that did not load, and the exit code of an export: a
+/// task that could not be written first, then one that did not load.
+fn export_exit(unwritten: bool, load_errors: &[pdl_task::LoadError]) -> i32 {
+    report_load_errors(load_errors);
+    if unwritten {
+        exit::USAGE
+    } else if load_errors.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::FAILURES
     }
 }
