@@ -14,6 +14,9 @@ fn is_junk(name: &str) -> bool {
 /// A task's certificates folder (see `pdl_task::tree::CERTIFICATES_DIR`).
 const CERTIFICATES: &str = "certificates/";
 
+/// A task's reviews folder (see `pdl_task::tree::REVIEWS_DIR`): not embedded.
+const REVIEWS: &str = "reviews/";
+
 fn collect(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -55,6 +58,7 @@ fn main() {
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
             let mut files = Vec::new();
             collect(&dir, &dir, &mut files);
+            files.retain(|(rel, _)| !rel.starts_with(REVIEWS));
             let (certs, files): (Vec<_>, Vec<_>) = files
                 .into_iter()
                 .partition(|(rel, _)| rel.starts_with(CERTIFICATES));

@@ -137,6 +137,8 @@ impl AgentKey {
 pub struct Attempt {
     /// The reward (meaningless for harness errors and invalid predictions).
     pub reward: f64,
+    /// The share of hidden tests it passed.
+    pub hidden_pass_fraction: f64,
     /// The verdict.
     pub verdict: Verdict,
     /// The rung the attempt landed on.
@@ -385,6 +387,7 @@ impl Collected {
         }
         let attempt = Attempt {
             reward: record.reward,
+            hidden_pass_fraction: record.components.hidden_pass_fraction,
             verdict: record.verdict,
             landed_rung: record.landed_rung.clone(),
             origin: format!("{file}:{line}"),
@@ -440,6 +443,10 @@ pub struct Certificate {
     /// Every attempt's reward, in the order read (harness errors and invalid
     /// predictions left out).
     pub rewards: Vec<f64>,
+    /// Every attempt's hidden pass fraction, in the order of `rewards`
+    /// (empty in certificates written before it was recorded).
+    #[serde(default)]
+    pub hidden_pass_fractions: Vec<f64>,
     /// = `rewards.len()`.
     pub attempts: usize,
     /// Attempts that scored exactly 1.0.
@@ -470,6 +477,11 @@ impl Certificate {
             .filter(|a| a.counts())
             .map(|a| a.reward)
             .collect();
+        let hidden_pass_fractions: Vec<f64> = attempts
+            .iter()
+            .filter(|a| a.counts())
+            .map(|a| a.hidden_pass_fraction)
+            .collect();
         let solved = rewards.iter().filter(|r| **r == 1.0).count();
         let mut verdicts = BTreeMap::new();
         let mut landed_rungs = BTreeMap::new();
@@ -498,6 +510,7 @@ impl Certificate {
             solved,
             solve_rate: (!rewards.is_empty()).then(|| solved as f64 / rewards.len() as f64),
             rewards,
+            hidden_pass_fractions,
             harness_errors: attempts
                 .iter()
                 .filter(|a| a.verdict == Verdict::HarnessError)
@@ -549,6 +562,24 @@ impl Certificate {
             .find(|r| !(r.is_finite() && (0.0..=1.0).contains(*r)))
         {
             return Err(format!("`rewards` holds {r}, not a number in [0, 1]"));
+        }
+        if !self.hidden_pass_fractions.is_empty() {
+            if self.hidden_pass_fractions.len() != self.attempts {
+                return Err(format!(
+                    "`hidden_pass_fractions` holds {} but `attempts` is {}",
+                    self.hidden_pass_fractions.len(),
+                    self.attempts
+                ));
+            }
+            if let Some(f) = self
+                .hidden_pass_fractions
+                .iter()
+                .find(|f| !(f.is_finite() && (0.0..=1.0).contains(*f)))
+            {
+                return Err(format!(
+                    "`hidden_pass_fractions` holds {f}, not a number in [0, 1]"
+                ));
+            }
         }
         let solved = self.rewards.iter().filter(|r| **r == 1.0).count();
         if self.solved != solved {
@@ -754,19 +785,25 @@ impl CertificateStore {
 }
 
 /// The minimum attempts each tier's gate needs; see the module docs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gates {
     /// Minimum attempts (of fresh certificates, in all) per tier; a tier not
     /// named needs none.
     pub min_attempts: BTreeMap<String, usize>,
+    /// The least mean hidden pass fraction over a gated tier's attempts. A
+    /// T5 task nobody dents is more likely unfair than hard, so its gate
+    /// needs the attempts to make real progress.
+    pub min_mean_hidden_pass: BTreeMap<String, f64>,
 }
 
 impl Default for Gates {
     /// After the card: T4 needs 2 attempts (one below 1.0 and one at 1.0), T5
-    /// needs 3.
+    /// needs 3, all below 1.0, passing on average at least 30% of the hidden
+    /// tests.
     fn default() -> Self {
         Gates {
             min_attempts: BTreeMap::from([("T4".to_string(), 2), ("T5".to_string(), 3)]),
+            min_mean_hidden_pass: BTreeMap::from([("T5".to_string(), 0.3)]),
         }
     }
 }
@@ -777,6 +814,8 @@ impl Default for Gates {
 struct GatesFile {
     #[serde(default)]
     min_attempts: BTreeMap<String, usize>,
+    #[serde(default)]
+    min_mean_hidden_pass: BTreeMap<String, f64>,
 }
 
 /// The tiers a gates file may name.
@@ -802,6 +841,19 @@ impl Gates {
                 return Err(err(format!("`min_attempts.{tier}`: not a tier (T1 … T5)")));
             }
             gates.min_attempts.insert(tier, min);
+        }
+        for (tier, min) in parsed.min_mean_hidden_pass {
+            if !TIERS.contains(&tier.as_str()) {
+                return Err(err(format!(
+                    "`min_mean_hidden_pass.{tier}`: not a tier (T1 … T5)"
+                )));
+            }
+            if !(min.is_finite() && (0.0..=1.0).contains(&min)) {
+                return Err(err(format!(
+                    "`min_mean_hidden_pass.{tier}`: {min} is not a fraction in [0, 1]"
+                )));
+            }
+            gates.min_mean_hidden_pass.insert(tier, min);
         }
         Ok(gates)
     }
@@ -832,6 +884,11 @@ impl Gates {
     /// The minimum attempts of a tier.
     pub fn min_attempts(&self, tier: &str) -> usize {
         self.min_attempts.get(tier).copied().unwrap_or(0)
+    }
+
+    /// The least mean hidden pass fraction of a tier (0 when none is set).
+    pub fn min_mean_hidden_pass(&self, tier: &str) -> f64 {
+        self.min_mean_hidden_pass.get(tier).copied().unwrap_or(0.0)
     }
 }
 
@@ -870,6 +927,9 @@ pub struct TaskCertification {
     pub solved: usize,
     /// `solved / attempts`, null without attempts.
     pub solve_rate: Option<f64>,
+    /// The mean hidden pass fraction of the attempts; null without attempts
+    /// or when a certificate does not record them.
+    pub mean_hidden_pass: Option<f64>,
     /// Attempts per landed rung.
     pub landed_rungs: BTreeMap<String, usize>,
     /// Attempts the tier's gate needs.
@@ -957,8 +1017,19 @@ pub fn certify_task(
             agents.push(label);
         }
     }
+    let fractions: Option<Vec<f64>> = fresh
+        .iter()
+        .map(|c| {
+            (c.hidden_pass_fractions.len() == c.attempts).then(|| c.hidden_pass_fractions.clone())
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(|v| v.concat());
+    let mean_hidden_pass = fractions
+        .filter(|f| !f.is_empty())
+        .map(|f| f.iter().sum::<f64>() / f.len() as f64);
     let tier = task.row.tier.as_str();
     let min_attempts = gates.min_attempts(tier);
+    let min_mean = gates.min_mean_hidden_pass(tier);
     let gated = matches!(tier, "T4" | "T5");
     let gate = if (gated && fresh.is_empty()) || attempts < min_attempts {
         GateStatus::Insufficient(if fresh.is_empty() && !stale.is_empty() {
@@ -968,6 +1039,13 @@ pub fn certify_task(
         } else {
             format!("{attempts} attempts, the gate needs {min_attempts}")
         })
+    } else if min_mean > 0.0 && mean_hidden_pass.is_none() {
+        GateStatus::Insufficient("a certificate does not record hidden pass fractions".to_string())
+    } else if let Some(mean) = mean_hidden_pass.filter(|m| *m < min_mean) {
+        GateStatus::Fails(format!(
+            "the attempts pass {mean:.3} of the hidden tests on average, below {min_mean}: \
+             a task nobody dents is more likely unfair than hard"
+        ))
     } else {
         match tier {
             "T5" if solved == 0 => GateStatus::Holds,
@@ -990,6 +1068,7 @@ pub fn certify_task(
             attempts,
             solved,
             solve_rate: (attempts > 0).then(|| solved as f64 / attempts as f64),
+            mean_hidden_pass,
             landed_rungs,
             min_attempts,
             gate,
@@ -1252,6 +1331,8 @@ mod tests {
             .iter()
             .map(|r| Attempt {
                 reward: *r,
+                // As if every public test passed and the build was healthy.
+                hidden_pass_fraction: ((*r - 0.2) / 0.8).clamp(0.0, 1.0),
                 verdict: Verdict::Graded,
                 landed_rung: (*r == 0.5).then(|| "cheat.diff".to_string()),
                 origin: "f:1".into(),
@@ -1344,6 +1425,48 @@ mod tests {
     }
 
     #[test]
+    fn t5_needs_attempts_that_dent_the_task() {
+        let t = task("b", "T5");
+        let gates = Gates::default();
+        // Hidden pass fractions 0, 0 and 0.125: nobody dents it.
+        let (c, _) = certify_task(&t, &[cert(&t, "x", &[0.2, 0.2, 0.3])], &gates);
+        let GateStatus::Fails(why) = &c.gate else {
+            panic!("{:?}", c.gate)
+        };
+        assert!(why.contains("0.042") && why.contains("0.3"), "{why}");
+        assert!((c.mean_hidden_pass.unwrap() - 0.125 / 3.0).abs() < 1e-12);
+        // A gates file can lower the bar.
+        let lenient = Gates::parse("min_mean_hidden_pass:\n  T5: 0\n", "g.yaml").unwrap();
+        let (c, _) = certify_task(&t, &[cert(&t, "x", &[0.2, 0.2, 0.3])], &lenient);
+        assert_eq!(c.gate, GateStatus::Holds);
+        // A certificate that does not record the fractions cannot decide it.
+        let mut old = cert(&t, "x", &[0.5, 0.5, 0.5]);
+        old.certificate.hidden_pass_fractions.clear();
+        assert_eq!(old.certificate.check(), Ok(()));
+        let (c, _) = certify_task(&t, &[old], &gates);
+        assert!(
+            matches!(c.gate, GateStatus::Insufficient(_)),
+            "{:?}",
+            c.gate
+        );
+        assert_eq!(c.mean_hidden_pass, None);
+        // Nor does the bar apply to T4 by default.
+        let t4 = task("c", "T4");
+        let (c, _) = certify_task(&t4, &[cert(&t4, "x", &[1.0, 0.2, 0.2, 0.2])], &gates);
+        assert_eq!(c.gate, GateStatus::Holds);
+    }
+
+    #[test]
+    fn a_certificate_with_fractions_that_disagree_is_refused() {
+        let t = task("b", "T5");
+        let mut c = cert(&t, "x", &[0.5, 0.5]).certificate;
+        c.hidden_pass_fractions.pop();
+        assert!(c.check().unwrap_err().contains("hidden_pass_fractions"));
+        c.hidden_pass_fractions = vec![0.5, 1.5];
+        assert!(c.check().unwrap_err().contains("1.5"));
+    }
+
+    #[test]
     fn gates_files_override_minimums_and_name_what_is_wrong() {
         let g = Gates::parse("min_attempts:\n  T5: 5\n", "g.yaml").unwrap();
         assert_eq!(g.min_attempts("T5"), 5);
@@ -1355,6 +1478,16 @@ mod tests {
         assert!(e.to_string().starts_with("g.yaml: line 2"), "{e}");
         let e = Gates::parse("minimum: 3\n", "g.yaml").unwrap_err();
         assert!(e.to_string().contains("minimum"), "{e}");
+        let g = Gates::parse("min_mean_hidden_pass:\n  T4: 0.5\n", "g.yaml").unwrap();
+        assert_eq!(g.min_mean_hidden_pass("T4"), 0.5);
+        assert_eq!(g.min_mean_hidden_pass("T5"), 0.3);
+        let e = Gates::parse("min_mean_hidden_pass:\n  T5: 1.5\n", "g.yaml").unwrap_err();
+        assert!(
+            e.to_string().contains("`min_mean_hidden_pass.T5`: 1.5"),
+            "{e}"
+        );
+        let e = Gates::parse("min_mean_hidden_pass:\n  T0: 0.5\n", "g.yaml").unwrap_err();
+        assert!(e.to_string().contains("`min_mean_hidden_pass.T0`"), "{e}");
     }
 
     #[test]

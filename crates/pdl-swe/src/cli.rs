@@ -188,7 +188,8 @@ pub struct CertifyArgs {
     #[arg(long, conflicts_with = "results")]
     pub check: bool,
     /// A YAML file that overrides each tier's minimum attempts
-    /// (`min_attempts: {T5: 5}`); with --check.
+    /// (`min_attempts: {T5: 5}`) or least mean hidden pass fraction
+    /// (`min_mean_hidden_pass: {T5: 0.3}`); with --check.
     #[arg(long, value_name = "FILE", requires = "check")]
     pub gates: Option<PathBuf>,
     /// The folder of task folders that holds the certificates

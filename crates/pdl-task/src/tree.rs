@@ -11,6 +11,8 @@
 //!   ladder/<rung>            one diff per registered rung
 //!   certificates/            dated certification results (`pdl-swe certify`);
 //!                            not part of the task, skipped when it is read
+//!   reviews/                 reviews of the task (fairness of its hidden tests);
+//!                            not part of the task either
 //! ```
 //!
 //! [`task_from_tree`] and [`task_to_tree`] convert between a map of relative path
@@ -42,6 +44,16 @@ const LADDER: &str = "ladder/";
 /// the task: [`read_tree_dir`] skips it, so certifying a task never changes
 /// what it is (nor its digest).
 pub const CERTIFICATES_DIR: &str = "certificates";
+
+/// The folder of a task tree that holds reviews of the task (the fairness
+/// review of its hidden tests). Like [`CERTIFICATES_DIR`] it is not part of
+/// the task: a review never changes what it reviews.
+pub const REVIEWS_DIR: &str = "reviews";
+
+/// Whether a top-level entry of a task folder is kept apart from the task.
+fn is_beside_the_task(name: &std::ffi::OsStr) -> bool {
+    name == CERTIFICATES_DIR || name == REVIEWS_DIR
+}
 
 /// A task tree as relative path (with `/`) → bytes.
 pub type TreeFiles = BTreeMap<String, Vec<u8>>;
@@ -133,7 +145,7 @@ fn is_junk(path: &str) -> bool {
 
 /// Reads a task folder into a [`TreeFiles`] map, skipping `__pycache__/`, `*.pyc`,
 /// `.pytest_cache/` and `.DS_Store`, and the top-level [`CERTIFICATES_DIR`]
-/// (which is never entered).
+/// and [`REVIEWS_DIR`] (which are never entered).
 ///
 /// Every entry is looked at without following it before anything is opened:
 /// a symbolic link, FIFO, socket or device anywhere in the tree is an error
@@ -150,7 +162,7 @@ pub fn read_tree_dir(dir: &Path) -> Result<TreeFiles, LoadError> {
         .follow_links(false)
         .sort_by_file_name()
         .into_iter()
-        .filter_entry(|e| !(e.depth() == 1 && e.file_name() == CERTIFICATES_DIR))
+        .filter_entry(|e| !(e.depth() == 1 && is_beside_the_task(e.file_name())))
     {
         let entry = entry.map_err(|e| LoadError::source(&name, e.to_string()))?;
         let relative = entry
@@ -516,7 +528,7 @@ limits:
     }
 
     #[test]
-    fn a_certificates_folder_is_not_part_of_the_task() {
+    fn certificates_and_reviews_folders_are_not_part_of_the_task() {
         let dir = tempfile::tempdir().unwrap();
         for (path, bytes) in sample_tree() {
             let at = dir.path().join(&path);
@@ -530,7 +542,11 @@ limits:
         // Even a link there does not make the task unreadable.
         std::os::unix::fs::symlink("/etc/passwd", certs.join("link.json")).unwrap();
         assert_eq!(read_tree_dir(dir.path()).unwrap(), plain);
-        // Only the top-level folder is skipped.
+        let reviews = dir.path().join(REVIEWS_DIR);
+        std::fs::create_dir(&reviews).unwrap();
+        std::fs::write(reviews.join("fairness.md"), b"# review\n").unwrap();
+        assert_eq!(read_tree_dir(dir.path()).unwrap(), plain);
+        // Only the top-level folders are skipped.
         std::fs::create_dir_all(dir.path().join("fixtures/certificates")).unwrap();
         std::fs::write(dir.path().join("fixtures/certificates/x.txt"), b"x\n").unwrap();
         assert!(read_tree_dir(dir.path())

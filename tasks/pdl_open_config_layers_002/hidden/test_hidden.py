@@ -2,6 +2,7 @@ from src.config import load_config
 
 
 def test_environment_override_keeps_sibling_settings():
+    """Issue: "Expected: each layer (defaults, then the config file, then the environment) only replaces the individual settings it actually names, at any depth." """
     config = load_config(environ={"LEDGER__DATABASE__PORT": "6543"})
     assert config.get("database.port") == 6543
     assert config.get("database.host") == "localhost"
@@ -10,6 +11,7 @@ def test_environment_override_keeps_sibling_settings():
 
 
 def test_file_override_keeps_sibling_settings():
+    """Issue: "The same thing happens from the config file: a file containing only … leaves `service.name`, `service.host` and `service.workers` undefined, although they all have built-in defaults." """
     config = load_config(text="[service]\nport = 9000\n", environ={})
     assert config.get("service") == {
         "name": "ledger",
@@ -20,12 +22,14 @@ def test_file_override_keeps_sibling_settings():
 
 
 def test_nested_section_override_keeps_siblings():
+    """Issue: "For example `LEDGER__DATABASE__POOL__SIZE=20` should change the pool size and nothing else: the pool timeout and recycle values, and the other database settings, should keep whatever the file or the defaults gave them…" """
     config = load_config(environ={"LEDGER__DATABASE__POOL__SIZE": "20"})
     assert config.get("database.pool") == {"size": 20, "timeout": 30.0, "recycle": 1800}
     assert config.get("database.host") == "localhost"
 
 
 def test_file_and_environment_each_override_part_of_a_section():
+    """Issue: "…a file and the environment should be able to override different keys of the same section side by side." """
     text = (
         "[database]\n"
         "host = db.internal\n"
@@ -47,6 +51,10 @@ def test_file_and_environment_each_override_part_of_a_section():
 
 
 def test_every_setting_survives_a_single_override():
+    """Issue: "Expected: each layer (defaults, then the config file, then the environment) only replaces the individual settings it actually names, at any depth."
+
+    src/merge.py docstring: "The inputs are never modified; the result shares no mutable state with them."
+    """
     baseline = dict(load_config(environ={}).items())
     config = load_config(environ={"LEDGER__SERVICE__WORKERS": "8"})
     overridden = dict(config.items())

@@ -5,6 +5,7 @@ from src.importer import import_statement
 
 
 def test_soll_haben_columns_with_decimal_comma():
+    """Issue: "Expected: debit and credit columns are read in the same number format as the rest of the file (dot for thousands and comma for decimals in these exports), debits come out negative and credits positive…" """
     text = (
         '"Buchungstag";"Verwendungszweck";"Soll";"Haben";"Saldo"\n'
         '"01.04.2024";"Gehalt April";"";"1.234,56";"2.234,56"\n'
@@ -23,6 +24,7 @@ def test_soll_haben_columns_with_decimal_comma():
 
 
 def test_tab_separated_debit_credit_with_decimal_comma():
+    """Issue: "The same happens with a tab-separated export from another bank that uses English "Debit"/"Credit" headers but German-style numbers." """
     text = (
         "Booking date\tPayee\tDescription\tDebit\tCredit\tCurrency\n"
         "15.05.2024\tStadtwerke\tAbschlag Mai\t74,30\t\tEUR\n"
@@ -39,6 +41,7 @@ def test_tab_separated_debit_credit_with_decimal_comma():
 
 
 def test_soll_haben_totals_use_the_file_number_format():
+    """Issue: "Expected: debit and credit columns are read in the same number format as the rest of the file … and `statement.net_change` adds up to the real amount of money moved." """
     text = (
         "Buchungstag;Valuta;Buchungstext;Soll;Haben;W\u00e4hrung\n"
         "28.06.2024;28.06.2024;Gehalt Juni;;3.100,00;EUR\n"

@@ -23,6 +23,7 @@ def standup(first_day=date(2025, 3, 3)):
 
 
 def test_standup_stays_at_nine_after_clocks_go_forward():
+    """README: "Each occurrence happens at that wall-clock time in that zone, on every day the recurrence rule produces, whatever the daylight-saving season." """
     entries = Agenda("Europe/Berlin").entries([standup()], date(2025, 3, 27), date(2025, 4, 2))
     assert hhmm(entries) == [
         ("2025-03-27", "09:00"),
@@ -35,6 +36,7 @@ def test_standup_stays_at_nine_after_clocks_go_forward():
 
 
 def test_summer_meeting_stays_at_nine_after_clocks_go_back():
+    """Issue: "We looked ahead at October (clocks go back on Sunday 26 October): our Thursday sync, created in July for 09:00 Berlin time, shows at 08:00 from 27 October onwards, and the stand-up would do the same to anyone who sets it up over the summer." """
     sync = Meeting(
         title="Thursday sync",
         zone="Europe/Berlin",
@@ -59,6 +61,7 @@ def test_summer_meeting_stays_at_nine_after_clocks_go_back():
 
 
 def test_viewers_elsewhere_follow_the_berlin_wall_clock():
+    """Issue: "Agendas in any viewer timezone and reminders should show the instants that result (so 09:00 in Berlin, 03:00 in New York and 16:00 in Tokyo for the stand-up from 31 March on)." """
     meeting = standup()
     new_york = Agenda("America/New_York").by_day([meeting], date(2025, 3, 6), date(2025, 4, 1))
     assert new_york[date(2025, 3, 7)][0].starts.strftime("%H:%M") == "03:00"
@@ -73,6 +76,10 @@ def test_viewers_elsewhere_follow_the_berlin_wall_clock():
 
 
 def test_next_occurrence_after_a_clock_change():
+    """Issue: "Expected: every occurrence happens at the meeting's wall-clock time in the meeting's own timezone, on every day the rule produces, before and after clock changes…"
+
+    Issue: "Agendas in any viewer timezone and reminders should show the instants that result…"
+    """
     meeting = standup()
     spring = next_occurrence(meeting, datetime(2025, 3, 28, 8, 0, tzinfo=UTC))
     assert spring.day == date(2025, 3, 31)
@@ -83,6 +90,12 @@ def test_next_occurrence_after_a_clock_change():
 
 
 def test_nightly_check_around_clock_changes():
+    """Issue: "But every night after that it stays at 03:30 instead of going back to 02:30."
+
+    README: "A wall-clock time that does not exist on a day (it falls in the hour skipped when the clocks go forward) is moved forward by the length of the gap: 02:30 on a night when clocks jump from 02:00 to 03:00 becomes 03:30."
+
+    README: "A wall-clock time that happens twice (the hour repeated when the clocks go back) means the first of the two instants."
+    """
     nightly = Meeting(
         title="Ops check",
         zone="Europe/Berlin",

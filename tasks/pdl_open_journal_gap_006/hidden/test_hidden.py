@@ -22,6 +22,7 @@ def ids(records):
 
 
 def test_appends_after_a_rejected_record_stay_visible():
+    """Issue: "Every accepted record, from `append` or from a batch, is readable with `scan()` and `tail()` in order…" """
     journal = make_journal()
     journal.append("settlements", "payment", {"id": "p-1", "amount": 1200})
     with pytest.raises(ValidationError):
@@ -34,6 +35,7 @@ def test_appends_after_a_rejected_record_stay_visible():
 
 
 def test_rejected_record_does_not_use_up_a_sequence_number():
+    """Issue: "…the sequence numbers of accepted records stay dense: the record after a rejected one simply gets the next number (in the example above `p-2` should be record 2)." """
     journal = make_journal()
     assert journal.append("settlements", "payment", {"id": "p-1", "amount": 1}) == 1
     with pytest.raises(ValidationError):
@@ -45,6 +47,10 @@ def test_rejected_record_does_not_use_up_a_sequence_number():
 
 
 def test_batch_with_rejections_keeps_every_accepted_record_readable():
+    """Issue: "Every accepted record, from `append` or from a batch, is readable with `scan()` and `tail()` in order, and the sequence numbers of accepted records stay dense…"
+
+    src/journal.py docstring: "…``append_batch`` stores every acceptable entry of the batch and reports the others as rejections."
+    """
     journal = make_journal()
     first = journal.append_batch(
         [
@@ -65,6 +71,7 @@ def test_batch_with_rejections_keeps_every_accepted_record_readable():
 
 
 def test_tail_consumer_keeps_up_after_a_rejection():
+    """README: "A consumer that remembers the last sequence number it processed and resumes with `tail(after_seq=...)` therefore never misses a record." """
     journal = make_journal()
     reader = journal.reader()
     journal.append("settlements", "payment", {"id": "p-1", "amount": 1})
@@ -81,6 +88,10 @@ def test_tail_consumer_keeps_up_after_a_rejection():
 
 
 def test_import_with_bad_rows_is_fully_readable_afterwards():
+    """Issue: "But nothing that was written after that row is visible to `scan()` or `tail()` any more: not the rest of the file, and not anything appended later either, including the following nights' imports."
+
+    Issue: "…the import report itself looks right: the bad row is listed in `rejected` with its row number and `imported` counts the others."
+    """
     journal = make_journal()
     importer = RowImporter(journal, "settlements", batch_size=3)
     night_one = [

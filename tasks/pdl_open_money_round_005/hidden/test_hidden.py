@@ -19,6 +19,7 @@ def amounts(plan):
 
 
 def test_issue_yen_installments_add_up_to_the_invoice():
+    """Issue: "Expected, for every currency we support (whatever its number of decimals): installments and cost-centre shares always add up exactly to the invoice total / subtotal, … with the extra units going to the earliest parts…" """
     invoice = invoice_in("JPY", (1, "10000", "0.10"))
     assert invoice.total == Money("11000", "JPY")
     plan = plan_installments(invoice, 3)
@@ -27,6 +28,10 @@ def test_issue_yen_installments_add_up_to_the_invoice():
 
 
 def test_dinar_installments_keep_every_fils():
+    """Issue: "Dinar example: a KWD invoice with a total of KWD 1.235 split into 2 installments comes out as KWD 0.620 + KWD 0.610 = KWD 1.230, so 5 fils are never collected."
+
+    Issue: "A KWD 10.000 invoice split in 3 gives 3.340 / 3.330 / 3.330 instead of 3.334 / 3.333 / 3.333."
+    """
     invoice = invoice_in("KWD", (1, "1.235", "0"))
     assert amounts(plan_installments(invoice, 2)) == [Money("0.618", "KWD"), Money("0.617", "KWD")]
     invoice = invoice_in("KWD", (4, "2.5", "0"))
@@ -38,6 +43,7 @@ def test_dinar_installments_keep_every_fils():
 
 
 def test_installments_add_up_in_every_currency():
+    """Issue: "Expected, for every currency we support (whatever its number of decimals): installments and cost-centre shares always add up exactly to the invoice total / subtotal…" """
     for code in ("USD", "EUR", "JPY", "KRW", "KWD", "BHD"):
         invoice = invoice_in(code, (3, "1234.567", "0.05"), (2, "89.1", "0.15"), (1, "0.7", "0"))
         for count in range(1, 8):
@@ -48,6 +54,7 @@ def test_installments_add_up_in_every_currency():
 
 
 def test_equal_installments_differ_by_at_most_one_minor_unit():
+    """Issue: "…the split is as even as possible: equal parts differ by at most one minor unit, with the extra units going to the earliest parts, the way USD plans already behave (USD 100.00 in 3 -> 33.34 / 33.33 / 33.33)." """
     for code in ("JPY", "KRW", "KWD", "BHD", "USD"):
         invoice = invoice_in(code, (1, "1000", "0.075"))
         for count in (3, 6, 7):
@@ -58,6 +65,10 @@ def test_equal_installments_differ_by_at_most_one_minor_unit():
 
 
 def test_cost_centre_split_in_yen_and_dinar():
+    """Issue: "Finance sees the same thing when the net amount is charged back with `split_by_cost_centre`: a ¥10,000 subtotal over three cost centres becomes ¥3,333 + ¥3,333 + ¥3,333."
+
+    src/cost_centres.py docstring: "The result keeps the order of ``shares`` and its values add up to the invoice subtotal."
+    """
     yen = invoice_in("JPY", (1, "10000", "0.10"))
     split = split_by_cost_centre(yen, {"ops": 1, "sales": 1, "rd": 1})
     assert list(split.values()) == [Money("3334", "JPY"), Money("3333", "JPY"), Money("3333", "JPY")]

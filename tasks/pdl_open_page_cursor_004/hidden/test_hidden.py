@@ -28,6 +28,7 @@ def expected(store, sort, actor=None):
 
 
 def test_issue_example_shows_every_item():
+    """Issue: "Expected: walking the pages with the cursors returns every activity exactly once (no gaps, no duplicates)…" """
     store = ActivityStore()
     for target, second in [("a", 5), ("b", 4), ("c", 3), ("d", 3), ("e", 2), ("f", 1)]:
         store.record("ana", "liked", target, T0 + timedelta(seconds=second))
@@ -43,6 +44,10 @@ def test_issue_example_shows_every_item():
 
 
 def test_bulk_import_with_one_timestamp_spanning_several_pages():
+    """Issue: "Expected: walking the pages with the cursors returns every activity exactly once (no gaps, no duplicates), in the same order as the unpaginated feed, whatever the page size, the sort and how many rows share a timestamp."
+
+    src/sorting.py docstring: "Ordering is made total by breaking ties on the activity id, in the same direction as the primary attribute, so two listings of the same rows always agree."
+    """
     store = ActivityStore()
     store.record("ops", "deployed", "api", T0 + timedelta(hours=1))
     for n in range(10):
@@ -56,6 +61,10 @@ def test_bulk_import_with_one_timestamp_spanning_several_pages():
 
 
 def test_ascending_feed_with_ties_at_page_boundaries():
+    """Issue: "Expected: walking the pages with the cursors returns every activity exactly once (no gaps, no duplicates), in the same order as the unpaginated feed, whatever the page size, the sort and how many rows share a timestamp."
+
+    src/sorting.py docstring: "Ordering is made total by breaking ties on the activity id, in the same direction as the primary attribute, so two listings of the same rows always agree."
+    """
     store = ActivityStore()
     for n in range(8):
         store.record("ben", "edited", f"page-{n}", T0 + timedelta(minutes=n // 2))
@@ -66,6 +75,10 @@ def test_ascending_feed_with_ties_at_page_boundaries():
 
 
 def test_every_item_exactly_once_for_any_page_size_and_sort():
+    """Issue: "Expected: walking the pages with the cursors returns every activity exactly once (no gaps, no duplicates), in the same order as the unpaginated feed, whatever the page size, the sort and how many rows share a timestamp."
+
+    src/sorting.py docstring: "Ordering is made total by breaking ties on the activity id, in the same direction as the primary attribute, so two listings of the same rows always agree."
+    """
     rng = random.Random(20240603)
     store = ActivityStore()
     for n in range(40):
@@ -86,6 +99,7 @@ def test_every_item_exactly_once_for_any_page_size_and_sort():
 
 
 def test_new_activity_at_the_head_does_not_disturb_later_pages():
+    """Issue: "New activities recorded while someone is scrolling must not make the pages they have not fetched yet skip or repeat items." """
     store = ActivityStore()
     for target, second in [("a", 5), ("b", 4), ("c", 3), ("d", 3), ("e", 2), ("f", 1)]:
         store.record("ana", "liked", target, T0 + timedelta(seconds=second))

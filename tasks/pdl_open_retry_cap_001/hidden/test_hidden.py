@@ -32,6 +32,10 @@ class Flaky:
 
 
 def test_timeouts_stop_after_max_attempts():
+    """Issue: "After `max_attempts` calls (counting every kind of retryable failure, so a mix of connection errors and timeouts shares the same budget) the helper should raise `RetryExhausted` with `attempts` set and the last `TimeoutError` as `last_error`, without sleeping after the final attempt."
+
+    src/retry.py docstring: "When the attempt budget is spent, :class:`RetryExhausted` is raised with the last error attached (and chained as ``__cause__``)."
+    """
     sleep = GuardedSleep()
     op = Flaky(then=lambda: TimeoutError("read timed out"))
     policy = RetryPolicy(max_attempts=4, timeout_delay=0.05)
@@ -45,6 +49,7 @@ def test_timeouts_stop_after_max_attempts():
 
 
 def test_timeouts_and_connection_errors_share_one_budget():
+    """Issue: "After `max_attempts` calls (counting every kind of retryable failure, so a mix of connection errors and timeouts shares the same budget) the helper should raise `RetryExhausted`…" """
     sleep = GuardedSleep()
     last = TimeoutError("connect timed out")
     op = Flaky(
@@ -62,6 +67,7 @@ def test_timeouts_and_connection_errors_share_one_budget():
 
 
 def test_decorated_call_with_single_attempt_gives_up_on_timeout():
+    """Issue: "The short pause we use after a timeout (`timeout_delay`) is fine as it is, and the `@retrying` decorator should behave the same way." """
     sleep = GuardedSleep()
     calls = []
 

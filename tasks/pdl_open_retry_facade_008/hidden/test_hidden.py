@@ -33,6 +33,7 @@ def setup():
 
 
 def test_attempts_override_reaches_bulkhead_operation():
+    """Issue: "`attempts=6` on `inventory` should mean up to six calls…" """
     resilience, _, sleeps = setup()
     op = Flaky(failures=5, value=42)
     assert resilience.execute("inventory", op, attempts=6) == 42
@@ -41,6 +42,10 @@ def test_attempts_override_reaches_bulkhead_operation():
 
 
 def test_attempts_override_can_lower_the_profile():
+    """Issue: "Lowering it doesn't work either (`attempts=1` still retries twice)."
+
+    README: "`attempts` counts every call of the operation, the first included."
+    """
     resilience, _, sleeps = setup()
     op = Flaky(failures=10)
     with pytest.raises(RetryExhausted) as info:
@@ -51,6 +56,10 @@ def test_attempts_override_can_lower_the_profile():
 
 
 def test_override_applies_to_that_call_only():
+    """README: "Per-call options passed to `execute` override the operation's profile for that call only."
+
+    Issue: "…and a later call without `attempts` should be back to the profile's three."
+    """
     resilience, _, _ = setup()
     first = Flaky(failures=10)
     with pytest.raises(RetryExhausted):
@@ -65,6 +74,10 @@ def test_override_applies_to_that_call_only():
 
 
 def test_fallback_over_bulkhead_honours_attempts():
+    """Issue: "Expected: as the README says, the options given to `execute` override the operation's profile for that call only, whatever kind of executor the operation is registered with."
+
+    Issue: "The bulkhead's limit, its statistics and the fallback of `quotes` should keep working as they do now."
+    """
     resilience, _, _ = setup()
     op = Flaky(failures=10)
     assert resilience.execute("quotes", op, attempts=4) == []
@@ -74,6 +87,7 @@ def test_fallback_over_bulkhead_honours_attempts():
 
 
 def test_retry_accounting_follows_the_override():
+    """Issue: "`attempts=6` on `inventory` should mean up to six calls (five retries, each reported to `on_retry` and counted in the bulkhead's `stats`)…" """
     resilience, inventory, _ = setup()
     seen = []
     op = Flaky(failures=10)

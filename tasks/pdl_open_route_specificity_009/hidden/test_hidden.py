@@ -19,6 +19,7 @@ def hit(app, path, method="GET"):
 
 
 def test_static_route_in_later_blueprint_beats_parameter():
+    """README: "When several routes match a request, the most specific route wins, whatever the order in which routes, blueprints or apps were registered." """
     app = App()
     reports = Blueprint("reports", url_prefix="/reports")
     reports.get("/{id}")(handler_named("show_report"))
@@ -31,6 +32,7 @@ def test_static_route_in_later_blueprint_beats_parameter():
 
 
 def test_declaration_order_inside_a_blueprint_does_not_matter():
+    """Issue: "Expected: routing follows that rule however the routes are spread over blueprints and in whatever order the blueprints and their handlers are registered." """
     app = App()
     files = Blueprint("files", url_prefix="/files")
     files.get("/{*path}")(handler_named("download"))
@@ -46,6 +48,7 @@ def test_declaration_order_inside_a_blueprint_does_not_matter():
 
 
 def test_typed_parameter_in_later_blueprint_beats_plain_parameter():
+    """Issue: "`/orders/{number:int}` in our `legacy_orders` blueprint never gets `/orders/1042`; the request goes to `/orders/{ref}` from the `orders` blueprint registered before it." """
     app = App()
     orders = Blueprint("orders", url_prefix="/orders")
     orders.get("/{ref}")(handler_named("by_reference"))
@@ -58,6 +61,10 @@ def test_typed_parameter_in_later_blueprint_beats_plain_parameter():
 
 
 def test_same_answers_whatever_the_blueprint_order():
+    """Issue: "Expected: routing follows that rule however the routes are spread over blueprints and in whatever order the blueprints and their handlers are registered."
+
+    README: "…and `/teams/core/{section}` beats `/teams/{team}/members` for `/teams/core/members`."
+    """
     def blueprints():
         teams = Blueprint("teams", url_prefix="/teams")
         teams.get("/{team}/members")(handler_named("members"))
@@ -86,6 +93,10 @@ def test_same_answers_whatever_the_blueprint_order():
 
 
 def test_typed_parameter_declared_after_plain_one_in_same_blueprint():
+    """README: "When several routes match a request, the most specific route wins, whatever the order in which routes, blueprints or apps were registered."
+
+    README: "…so `/reports/daily` beats `/reports/{id:int}`, which beats `/reports/{id}`…"
+    """
     app = App()
     invoices = Blueprint("invoices", url_prefix="/invoices")
     invoices.get("/{reference}")(handler_named("by_reference"))

@@ -22,6 +22,10 @@ def make_shop(on_hand=10):
 
 
 def test_emptying_a_cart_after_the_expiry_job_returns_stock_once():
+    """Issue: "On another SKU with a single customer (10 on hand, one hold of 3 that expired and whose cart was emptied afterwards) the report showed reserved -3 and available 13, more than we own."
+
+    src/reservations.py docstring: "Returns ``True`` if this call returned stock, ``False`` if there was nothing left to return."
+    """
     clock, ledger, service, view = make_shop()
     cart = Cart("A", service)
     hold = cart.add("MUG-BLUE", 3)
@@ -37,6 +41,7 @@ def test_emptying_a_cart_after_the_expiry_job_returns_stock_once():
 
 
 def test_expired_cart_does_not_free_stock_held_by_another_cart():
+    """Issue: "Only B was holding anything, so it should have said reserved 5, available 5." """
     clock, ledger, service, view = make_shop()
     cart_a = Cart("A", service)
     cart_a.add("MUG-BLUE", 3)
@@ -55,6 +60,7 @@ def test_expired_cart_does_not_free_stock_held_by_another_cart():
 
 
 def test_no_oversell_once_an_expired_cart_is_emptied():
+    """Issue: "Expected: however a hold ends … its units come back to availability exactly once, and the shop never lets customers hold or buy more than is on hand." """
     clock, ledger, service, view = make_shop()
     cart_a = Cart("A", service)
     cart_a.add("MUG-BLUE", 3)
@@ -74,6 +80,7 @@ def test_no_oversell_once_an_expired_cart_is_emptied():
 
 
 def test_each_hold_returns_stock_exactly_once_whether_or_not_the_job_ran():
+    """Issue: "Expected: however a hold ends (line removed, cart emptied, collected by the expiry job, or several of these in whatever order, before or after the job has run) its units come back to availability exactly once…" """
     clock, ledger, service, view = make_shop()
     swept = Cart("Y", service)
     swept.add("MUG-BLUE", 3)

@@ -6,6 +6,10 @@ from src.memo import memoize
 
 
 def test_issue_example_hot_entries_survive_expired_markers():
+    """Issue: "Expected: a live entry is only evicted when every slot is held by a live entry; expired entries must give up their slots first, and reclaiming them counts as an expiration, not an eviction."
+
+    Issue: "`max_entries` must remain a hard bound on what the cache stores (we size our pods on it), expired entries included."
+    """
     clock = ManualClock(0)
     cache = TTLCache(max_entries=5, default_ttl=300, clock=clock)
     cache.set("config", {"theme": "dark"})
@@ -25,6 +29,10 @@ def test_issue_example_hot_entries_survive_expired_markers():
 
 
 def test_memoized_service_keeps_its_hit_rate_under_negative_lookups():
+    """Issue: "Since a crawler started probing random user ids (each probe caches a `None` for 2 seconds) the hit rate on our real, long-lived entries has collapsed: config and popular profiles keep getting reloaded from the database, and `cache.stats.evictions` climbs steadily even though almost everything the crawler put in the cache expired long ago."
+
+    Issue: "`max_entries` must remain a hard bound on what the cache stores (we size our pods on it), expired entries included."
+    """
     clock = ManualClock(0)
     cache = TTLCache(max_entries=50, default_ttl=300, clock=clock)
     loads = []
@@ -49,6 +57,10 @@ def test_memoized_service_keeps_its_hit_rate_under_negative_lookups():
 
 
 def test_least_recently_used_live_entry_goes_once_expired_ones_are_gone():
+    """Issue: "When a live entry does have to go, it is still the least recently used one."
+
+    Issue: "Expected: a live entry is only evicted when every slot is held by a live entry; expired entries must give up their slots first…"
+    """
     clock = ManualClock(0)
     cache = TTLCache(max_entries=4, default_ttl=100, clock=clock)
     cache.set("a", 1)
@@ -68,6 +80,10 @@ def test_least_recently_used_live_entry_goes_once_expired_ones_are_gone():
 
 
 def test_live_entries_are_only_evicted_when_every_slot_is_live():
+    """Issue: "Expected: a live entry is only evicted when every slot is held by a live entry…"
+
+    Issue: "When a live entry does have to go, it is still the least recently used one."
+    """
     rng = random.Random(11)
     clock = ManualClock(0)
     cache = TTLCache(max_entries=8, default_ttl=30, clock=clock)

@@ -270,6 +270,7 @@ fn check(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
                 "certificates",
                 "attempts",
                 "solve rate",
+                "hidden passed",
                 "landed rungs",
                 "gate",
             ]);
@@ -288,6 +289,8 @@ fn check(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
                     } else {
                         format!("{} ({}/{})", reward(c.solve_rate), c.solved, c.attempts)
                     },
+                    c.mean_hidden_pass
+                        .map_or_else(|| "-".to_string(), |m| reward(Some(m))),
                     if c.landed_rungs.is_empty() {
                         "-".to_string()
                     } else {
