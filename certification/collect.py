@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""Turn solvers' finished agent-view folders into a predictions file.
+"""Turn solvers' finished agent-view folders into predictions files.
 
 Each SOLVE_DIR is one attempt: a copy of one task's agent view
 (`pdl-swe tasks export --agent-view`) that a solver worked in. Its answer is
 the diff of `repo/` against the view's first commit, untracked files included
 (but not caches). For every attempt this writes the diff to
-`DIFFS/<instance_id>/<attempt>.diff` and one prediction line to `--out`,
-named by `--agent` (the certificate's agent), in the order given.
+`BATCH/diffs/<instance_id>/<attempt>.diff` and a predictions file
+`BATCH/predictions/<attempt>.jsonl` of one line, named by `--agent` (the
+certificate's agent). One file per attempt, because a predictions file holds
+one prediction per instance and model: several attempts of one agent on one
+task are graded one file at a time into the same results file
+(`certification/grade.py`), and `pdl-swe certify` counts them as that agent's
+attempts.
 
     python3 certification/collect.py --agent independent-solver-v1 \
-        --out certification/batches/b1/predictions.jsonl \
-        --diffs certification/batches/b1/diffs /work/solve/a01 /work/solve/a02
+        --batch certification/batches/b1 /work/solve/a01 /work/solve/a02
 """
 
 import argparse
@@ -47,27 +51,24 @@ def attempt_diff(repo):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agent", required=True, help="model_name_or_path of every prediction")
-    ap.add_argument("--out", required=True, help="predictions JSONL to write")
-    ap.add_argument("--diffs", required=True, help="folder for the attempts' diffs")
+    ap.add_argument("--batch", required=True, help="the batch folder")
     ap.add_argument("solve_dirs", nargs="+")
     args = ap.parse_args()
-    lines = []
     for d in args.solve_dirs:
         attempt = os.path.basename(os.path.normpath(d))
         with open(os.path.join(d, "task.json")) as f:
             instance_id = json.load(f)["instance_id"]
         diff = attempt_diff(os.path.join(d, "repo"))
-        target = os.path.join(args.diffs, instance_id)
+        target = os.path.join(args.batch, "diffs", instance_id)
         os.makedirs(target, exist_ok=True)
         with open(os.path.join(target, f"{attempt}.diff"), "w") as f:
             f.write(diff)
-        lines.append({"instance_id": instance_id, "model_name_or_path": args.agent,
-                      "model_patch": diff})
+        predictions = os.path.join(args.batch, "predictions")
+        os.makedirs(predictions, exist_ok=True)
+        with open(os.path.join(predictions, f"{attempt}.jsonl"), "w") as f:
+            f.write(json.dumps({"instance_id": instance_id, "model_name_or_path": args.agent,
+                                "model_patch": diff}) + "\n")
         print(f"{attempt}: {instance_id}: {len(diff.splitlines())} diff lines", file=sys.stderr)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        for line in lines:
-            f.write(json.dumps(line) + "\n")
 
 
 if __name__ == "__main__":
