@@ -1,10 +1,13 @@
 //! Campaigns ([`run_campaign`]): tasks × agents × samples, in parallel, through
 //! one metering gateway, resumable.
 //!
-//! Plan → execute → report, twice: first the in-campaign calibration (gold,
-//! do-nothing and every rung of each task), then the episodes. Every result is
-//! appended to `RUN_DIR/results.jsonl` as soon as it is known. Episodes are keyed
-//! by content (task digest, agent, model, sample, prompt version), so a campaign
+//! One plan on the [`pipeline`](pdl_grader::pipeline) of every command: the
+//! ladder and the in-campaign calibration (every rung, gold and do-nothing of
+//! each task), then the episodes, which the pipeline runs through this
+//! module's [`EpisodeRunner`] (the gateway and the agents live here). Every
+//! result is appended to `RUN_DIR/results.jsonl` as soon as it is known, with
+//! its resume key ([`pdl_grader::pipeline::JobKey`]). Episodes are keyed by
+//! content (task digest, agent, model, sample, prompt version), so a campaign
 //! killed at any point resumes where it stopped, with nothing lost and nothing
 //! graded twice.
 //!
@@ -12,7 +15,7 @@
 //! be finite, in [0, 1] and equal (±1e-9) to the task's formula over its
 //! components, and an episode record must carry the key, agent and model of an
 //! episode of this campaign. A record that fails is ignored (its episode runs
-//! again) and reported as a [`CampaignEvent::Warning`]. Only episodes whose
+//! again) and reported as a pipeline [`Event::Warning`]. Only episodes whose
 //! record says `harness_error` are run again; the new record keeps the earlier
 //! outcomes in `episode.previous_outcomes` (and `episode.rerun_of`).
 //!
@@ -40,13 +43,18 @@
 //!   ledger/<task_id>/<episode>.jsonl      the slot's token spend, across attempts
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use pdl_grader::execute::execute;
-use pdl_grader::record::RecordLog;
+use pdl_grader::pipeline::{
+    done_keys, EpisodeJob, EpisodeRunner, EpisodeSession, Event, Job, Phase, Pipeline,
+    PipelineError, Plan, Resume,
+};
+use pdl_grader::record::{
+    EpisodeInfo, ModelRoute, PriorOutcome, RecordLog, ScratchFsInfo, TokenCount,
+};
 use pdl_grader::{
     Grader, LadderFingerprints, ResultRecord, Submission, SubmissionContent, SubmissionKind,
     Verdict,
@@ -154,30 +162,6 @@ pub struct CampaignSettings {
     pub scratch: pdl_sandbox::ScratchBounds,
 }
 
-/// Progress of a campaign.
-#[derive(Debug)]
-pub enum CampaignEvent<'a> {
-    /// A phase starts: `total` jobs to run, `skipped` already done.
-    Phase {
-        /// `calibration` or `episodes`.
-        name: &'static str,
-        /// Jobs to run.
-        total: usize,
-        /// Jobs found done in `results.jsonl`.
-        skipped: usize,
-    },
-    /// A job finished and its record is on disk.
-    Done {
-        /// The phase.
-        phase: &'static str,
-        /// Its record.
-        record: &'a ResultRecord,
-    },
-    /// Something in the run folder was skipped (an unreadable line, a record
-    /// that fails its checks); the campaign goes on.
-    Warning(String),
-}
-
 /// Why a campaign could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum CampaignError {
@@ -198,6 +182,9 @@ pub enum CampaignError {
     /// The run folder or the work folder is readable by agents.
     #[error(transparent)]
     Exposed(#[from] ExposedFolder),
+    /// The episodes could not start.
+    #[error("{0}")]
+    Episodes(String),
 }
 
 /// Host folders every sandbox binds read-only (`pdl_sandbox`'s system
@@ -461,35 +448,22 @@ pub fn episode_key(task: &Task, agent: &AgentSpec, model: &str, sample: usize) -
         .to_string()
 }
 
-fn calibration_key(record: &ResultRecord) -> (String, &'static str, String) {
-    (
-        record.provenance.task_digest.clone(),
-        record.kind.name(),
-        record.name.clone(),
-    )
-}
-
 fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
-struct Job<'a> {
-    task: &'a Task,
-    agent: &'a AgentSpec,
-    sample: usize,
-    key: String,
-    /// The outcomes of earlier runs of this episode (harness errors), oldest first.
-    previous: Vec<Value>,
-}
-
-/// Runs a campaign. `grader` grades calibration submissions and final
-/// workspaces; `runner` runs every agent process.
+/// Runs a campaign on the [`pipeline`](pdl_grader::pipeline): the ladder and
+/// calibration phases (every rung, gold and do-nothing of each task), then the
+/// episodes, each skipped when `results.jsonl` already has its record (by the
+/// pipeline's resume key; a `harness_error` record runs again). `grader`
+/// grades calibration submissions and final workspaces; `runner` runs every
+/// agent process. Warnings and progress go to `on_event`.
 pub fn run_campaign(
     settings: &CampaignSettings,
     tasks: &[Task],
     grader: &Grader,
     runner: Arc<dyn ProcessRunner>,
-    mut on_event: impl FnMut(CampaignEvent<'_>),
+    mut on_event: impl FnMut(Event<'_>),
 ) -> Result<CampaignOutcome, CampaignError> {
     let run_dir = &settings.run_dir;
     let dir_err = |message: String| CampaignError::RunDir {
@@ -530,7 +504,7 @@ pub fn run_campaign(
     let results_path = run_dir.join("results.jsonl");
     let mut log = RecordLog::open(&results_path).map_err(|e| dir_err(e.to_string()))?;
     for skipped in log.skipped() {
-        on_event(CampaignEvent::Warning(format!(
+        on_event(Event::Warning(format!(
             "{}: {skipped}; left in place and ignored",
             results_path.display()
         )));
@@ -539,7 +513,7 @@ pub fn run_campaign(
     for record in log.existing() {
         match check_record(record, settings, tasks) {
             Ok(()) => records.push(record.clone()),
-            Err(reason) => on_event(CampaignEvent::Warning(format!(
+            Err(reason) => on_event(Event::Warning(format!(
                 "{}: ignored the {} record `{}` for {}: {reason}",
                 results_path.display(),
                 record.kind.name(),
@@ -550,199 +524,95 @@ pub fn run_campaign(
     }
     write_campaign_json(&dir, settings, tasks, grader)?;
 
-    // Phase 1: calibration in the campaign.
-    let done_calibration: HashSet<_> = records
-        .iter()
-        .filter(|r| {
-            matches!(
-                r.kind,
-                SubmissionKind::Gold | SubmissionKind::Noop | SubmissionKind::Rung
-            )
-        })
-        .filter(|r| r.verdict != Verdict::HarnessError)
-        .map(calibration_key)
-        .collect();
-    let mut calibration_jobs: Vec<(&Task, Submission)> = Vec::new();
-    let mut skipped = 0;
-    for task in tasks {
-        let digest = task.digest();
-        let mut subs = vec![Submission::gold(task), Submission::noop()];
-        subs.extend(
-            task.extras
-                .ladder
-                .iter()
-                .filter_map(|r| Submission::rung(task, &r.name)),
-        );
-        for s in subs {
-            if done_calibration.contains(&(digest.clone(), s.kind.name(), s.name.clone())) {
-                skipped += 1;
-            } else {
-                calibration_jobs.push((task, s));
-            }
-        }
-    }
-    on_event(CampaignEvent::Phase {
-        name: "calibration",
-        total: calibration_jobs.len(),
-        skipped,
-    });
-    let mut write_error = None;
-    let mut new_records = 0;
-    execute(
-        &calibration_jobs,
-        settings.parallelism,
-        |(task, s)| grader.grade(task, s, None),
-        |_, rec| {
-            if let Err(e) = log.append(&rec) {
-                write_error.get_or_insert(e);
-            }
-            new_records += 1;
-            on_event(CampaignEvent::Done {
-                phase: "calibration",
-                record: &rec,
-            });
-            records.push(rec);
-        },
-    );
-    if let Some(e) = write_error {
-        return Err(dir_err(format!("cannot write results.jsonl: {e}")));
-    }
-    let ladders: HashMap<String, LadderFingerprints> = tasks
-        .iter()
-        .map(|t| {
-            let digest = t.digest();
-            let rungs: Vec<&ResultRecord> = records
-                .iter()
-                .filter(|r| r.kind == SubmissionKind::Rung && r.provenance.task_digest == digest)
-                .collect();
-            (
-                t.row.instance_id.clone(),
-                LadderFingerprints::from_records(t, rungs),
-            )
-        })
-        .collect();
-
-    // Phase 2: the episodes.
-    let done_episodes: HashSet<String> = records
-        .iter()
-        .filter(|r| r.kind == SubmissionKind::Episode && r.verdict != Verdict::HarnessError)
-        .filter_map(|r| r.episode.as_ref()?.get("key")?.as_str().map(str::to_string))
-        .collect();
-    // Earlier outcomes of episodes run again (harness errors only).
-    let mut previous: HashMap<String, Vec<Value>> = HashMap::new();
-    for r in records
-        .iter()
-        .filter(|r| r.kind == SubmissionKind::Episode && r.verdict == Verdict::HarnessError)
-    {
-        if let Some(key) = r.episode.as_ref().and_then(|e| e.get("key")?.as_str()) {
-            previous.entry(key.to_string()).or_default().push(json!({
-                "verdict": r.verdict.name(),
-                "detail": r.detail,
-                "started_at": r.provenance.started_at,
-            }));
-        }
-    }
-    let mut jobs = Vec::new();
-    let mut skipped = 0;
-    for task in tasks {
-        for agent in &settings.agents {
-            for sample in 0..settings.samples {
-                let key = episode_key(task, agent, &settings.model, sample);
-                if done_episodes.contains(&key) {
-                    skipped += 1;
-                } else {
-                    let previous = previous.remove(&key).unwrap_or_default();
-                    jobs.push(Job {
-                        task,
-                        agent,
-                        sample,
-                        key,
-                        previous,
-                    });
-                }
-            }
-        }
-    }
-    on_event(CampaignEvent::Phase {
-        name: "episodes",
-        total: jobs.len(),
-        skipped,
-    });
-    if !jobs.is_empty() {
-        // Scratch file systems of harnesses killed earlier are let go first.
-        for path in pdl_sandbox::scratch::detach_orphans() {
-            on_event(CampaignEvent::Warning(format!(
-                "detached the episode file system a killed harness left at {}",
-                path.display()
-            )));
-        }
-        // Workspaces and agent scratch: the harness's alone.
-        let episodes_root = grader.work_root().join("episodes");
-        std::fs::create_dir_all(&episodes_root)
-            .map_err(|e| dir_err(format!("{}: {e}", episodes_root.display())))?;
-        set_mode(&episodes_root, 0o700);
-        let socket_dir = std::env::temp_dir().join(format!(
-            "pdl-gw-{}-{}",
-            std::process::id(),
-            &sha(&[&run_dir.display().to_string()])[..8]
-        ));
-        std::fs::create_dir_all(&socket_dir)
-            .map_err(|e| CampaignError::Gateway(format!("{}: {e}", socket_dir.display())))?;
-        set_mode(&socket_dir, 0o755);
-        let socket = socket_dir.join("gateway.sock");
-        let _ = std::fs::remove_file(&socket);
-        let mut config = GatewayConfig::new(settings.upstream.clone());
-        config.unix_socket = Some(socket.clone());
-        config.models = vec![settings.model.clone()];
-        config.policy = RequestPolicy {
-            model: Some(settings.model.clone()),
-            allowed_tools: settings.allowed_provider_tools.clone(),
-        };
-        config.limits = settings.gateway_limits;
-        let gateway = Gateway::start(config).map_err(|e| CampaignError::Gateway(e.to_string()))?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| CampaignError::Gateway(format!("cannot start the agent runtime: {e}")))?;
-        let ctx = EpisodeContext {
-            dir: &dir,
-            settings,
-            grader,
-            runner: &runner,
-            gateway: &gateway,
-            runtime: runtime.handle().clone(),
-            socket: socket.clone(),
-            ladders: &ladders,
-        };
-        let mut write_error = None;
-        execute(
-            &jobs,
-            settings.parallelism,
-            |job| ctx.run(job),
-            |_, rec| {
-                if let Err(e) = log.append(&rec) {
-                    write_error.get_or_insert(e);
-                }
-                new_records += 1;
-                on_event(CampaignEvent::Done {
-                    phase: "episodes",
-                    record: &rec,
-                });
-                records.push(rec);
-            },
-        );
-        gateway.shutdown();
-        runtime.shutdown_timeout(Duration::from_secs(5));
-        let _ = std::fs::remove_dir_all(&socket_dir);
-        if let Some(e) = write_error {
-            return Err(dir_err(format!("cannot write results.jsonl: {e}")));
-        }
-    }
+    let plan = plan_campaign(settings, tasks, &records);
+    let episodes = CampaignEpisodes {
+        dir: &dir,
+        settings,
+        grader,
+        runner: &runner,
+    };
+    let pipeline = Pipeline {
+        grader,
+        tasks,
+        parallelism: settings.parallelism,
+        episodes: Some(&episodes),
+    };
+    let outcome = pipeline
+        .run(&plan, &mut log, &mut on_event)
+        .map_err(|e| match e {
+            PipelineError::Write(e) => dir_err(format!("cannot write results.jsonl: {e}")),
+            PipelineError::Episodes(message) => CampaignError::Episodes(message),
+        })?;
+    let new_records = outcome.stats.recorded;
+    records.extend(outcome.records().cloned());
     Ok(CampaignOutcome {
         records,
         new_records,
     })
+}
+
+/// The campaign's plan: the ladder phase (every rung), the calibration phase
+/// (gold and do-nothing of each task), then tasks × agents × samples episodes,
+/// each left out when `records` (the run folder's checked records) has it.
+/// The fingerprints of rungs measured by an earlier start come from their
+/// records.
+fn plan_campaign(settings: &CampaignSettings, tasks: &[Task], records: &[ResultRecord]) -> Plan {
+    let done = done_keys(records, Resume::RetryHarnessErrors);
+    let order: Vec<usize> = (0..tasks.len()).collect();
+    let mut plan = Plan::default();
+    for (t, task) in tasks.iter().enumerate() {
+        let digest = task.digest();
+        let earlier = LadderFingerprints::from_records(
+            task,
+            records
+                .iter()
+                .filter(|r| r.kind == SubmissionKind::Rung && r.provenance.task_digest == digest),
+        );
+        if !earlier.rungs.is_empty() {
+            plan.known_rungs.insert(t, earlier.rungs);
+        }
+    }
+    plan.add_ladders(tasks, &order, true, &done);
+    let calibration = plan.phase_mut(Phase::Calibration, true);
+    for &t in &order {
+        calibration.push_unless_done(Job::grade(tasks, t, Submission::gold(&tasks[t]), 0), &done);
+        calibration.push_unless_done(Job::grade(tasks, t, Submission::noop(), 0), &done);
+    }
+    // Earlier outcomes of episodes run again (harness errors only).
+    let mut previous: HashMap<String, Vec<PriorOutcome>> = HashMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.kind == SubmissionKind::Episode && r.verdict == Verdict::HarnessError)
+    {
+        if let Some(key) = r.episode.as_ref().and_then(|e| e.key.as_ref()) {
+            previous.entry(key.clone()).or_default().push(PriorOutcome {
+                verdict: r.verdict,
+                detail: r.detail.clone(),
+                started_at: r.provenance.started_at.clone(),
+            });
+        }
+    }
+    let episodes = plan.phase_mut(Phase::Episodes, true);
+    for (t, task) in tasks.iter().enumerate() {
+        for (a, agent) in settings.agents.iter().enumerate() {
+            for sample in 0..settings.samples {
+                let key = episode_key(task, agent, &settings.model, sample);
+                let job = Job::episode(
+                    t,
+                    EpisodeJob {
+                        agent: a,
+                        agent_label: agent.label(),
+                        model: settings.model.clone(),
+                        sample,
+                        previous: previous.get(&key).cloned().unwrap_or_default(),
+                        episode_key: key,
+                    },
+                );
+                episodes.push_unless_done(job, &done);
+            }
+        }
+    }
+    plan
 }
 
 fn set_mode(path: &Path, mode: u32) {
@@ -834,15 +704,10 @@ fn check_record(
     if record.kind != SubmissionKind::Episode {
         return Ok(());
     }
-    let episode = record
-        .episode
-        .as_ref()
-        .and_then(Value::as_object)
-        .ok_or("it has no episode fields")?;
-    let text = |k: &str| episode.get(k).and_then(Value::as_str);
-    let key = text("key").ok_or("it has no episode key")?;
-    let agent_label = text("agent").ok_or("it names no agent")?;
-    let model = text("model").ok_or("it names no model")?;
+    let episode = record.episode.as_ref().ok_or("it has no episode fields")?;
+    let key = episode.key.as_deref().ok_or("it has no episode key")?;
+    let agent_label = episode.agent.as_deref().ok_or("it names no agent")?;
+    let model = episode.model.as_deref().ok_or("it names no model")?;
     if model != settings.model || record.model_name_or_path.as_deref() != Some(model) {
         return Err(format!(
             "its model `{model}` is not the campaign's `{}`",
@@ -855,10 +720,7 @@ fn check_record(
             record.name
         ));
     }
-    let sample = episode
-        .get("sample")
-        .and_then(Value::as_u64)
-        .ok_or("it has no sample number")? as usize;
+    let sample = episode.sample.ok_or("it has no sample number")? as usize;
     let agent = settings
         .agents
         .iter()
@@ -916,15 +778,128 @@ fn check_reward(record: &ResultRecord, task: &Task) -> Result<(), String> {
     Ok(())
 }
 
+/// The campaign's side of the pipeline's episodes: starts the gateway and the
+/// agents' runtime when the plan has episodes to run.
+struct CampaignEpisodes<'a> {
+    dir: &'a pdl_fs::Dir,
+    settings: &'a CampaignSettings,
+    grader: &'a Grader,
+    runner: &'a Arc<dyn ProcessRunner>,
+}
+
+impl EpisodeRunner for CampaignEpisodes<'_> {
+    fn start<'s>(
+        &'s self,
+        warn: &mut dyn FnMut(String),
+    ) -> Result<Box<dyn EpisodeSession + 's>, PipelineError> {
+        let run_dir = &self.settings.run_dir;
+        let failed = |e: CampaignError| PipelineError::Episodes(e.to_string());
+        // Scratch file systems of harnesses killed earlier are let go first.
+        for path in pdl_sandbox::scratch::detach_orphans() {
+            warn(format!(
+                "detached the episode file system a killed harness left at {}",
+                path.display()
+            ));
+        }
+        // Workspaces and agent scratch: the harness's alone.
+        let episodes_root = self.grader.work_root().join("episodes");
+        std::fs::create_dir_all(&episodes_root).map_err(|e| {
+            failed(CampaignError::RunDir {
+                path: run_dir.clone(),
+                message: format!("{}: {e}", episodes_root.display()),
+            })
+        })?;
+        set_mode(&episodes_root, 0o700);
+        let socket_dir = std::env::temp_dir().join(format!(
+            "pdl-gw-{}-{}",
+            std::process::id(),
+            &sha(&[&run_dir.display().to_string()])[..8]
+        ));
+        std::fs::create_dir_all(&socket_dir).map_err(|e| {
+            failed(CampaignError::Gateway(format!(
+                "{}: {e}",
+                socket_dir.display()
+            )))
+        })?;
+        set_mode(&socket_dir, 0o755);
+        let socket = socket_dir.join("gateway.sock");
+        let _ = std::fs::remove_file(&socket);
+        let settings = self.settings;
+        let mut config = GatewayConfig::new(settings.upstream.clone());
+        config.unix_socket = Some(socket.clone());
+        config.models = vec![settings.model.clone()];
+        config.policy = RequestPolicy {
+            model: Some(settings.model.clone()),
+            allowed_tools: settings.allowed_provider_tools.clone(),
+        };
+        config.limits = settings.gateway_limits;
+        let gateway =
+            Gateway::start(config).map_err(|e| failed(CampaignError::Gateway(e.to_string())))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                failed(CampaignError::Gateway(format!(
+                    "cannot start the agent runtime: {e}"
+                )))
+            })?;
+        Ok(Box::new(EpisodeContext {
+            dir: self.dir,
+            settings,
+            grader: self.grader,
+            runner: self.runner,
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+            gateway: Some(gateway),
+            socket,
+            socket_dir,
+        }))
+    }
+}
+
+/// A started campaign: the gateway and the agents' runtime, stopped when it
+/// is dropped.
 struct EpisodeContext<'a> {
     dir: &'a pdl_fs::Dir,
     settings: &'a CampaignSettings,
     grader: &'a Grader,
     runner: &'a Arc<dyn ProcessRunner>,
-    gateway: &'a Gateway,
-    runtime: tokio::runtime::Handle,
+    /// Taken only when the context is dropped.
+    gateway: Option<Gateway>,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
     socket: PathBuf,
-    ladders: &'a HashMap<String, LadderFingerprints>,
+    socket_dir: PathBuf,
+}
+
+impl Drop for EpisodeContext<'_> {
+    fn drop(&mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            gateway.shutdown();
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+        let _ = std::fs::remove_dir_all(&self.socket_dir);
+    }
+}
+
+impl EpisodeSession for EpisodeContext<'_> {
+    fn run(&self, task: &Task, job: &EpisodeJob, ladder: &LadderFingerprints) -> ResultRecord {
+        self.run_episode(task, job, ladder)
+    }
+}
+
+/// One episode being run: what the steps of [`EpisodeContext::run_episode`] share.
+#[derive(Clone, Copy)]
+struct EpisodeRun<'a> {
+    task: &'a Task,
+    job: &'a EpisodeJob,
+    agent: &'a AgentSpec,
+    paths: &'a EpisodePaths,
+    scratch: &'a Path,
+    workspace: &'a Path,
 }
 
 /// Where an episode's files go, relative to the run folder.
@@ -940,6 +915,12 @@ struct EpisodePaths {
 const MAX_LOG_BYTES: u64 = 17 << 20;
 
 impl EpisodeContext<'_> {
+    fn gateway(&self) -> &Gateway {
+        self.gateway
+            .as_ref()
+            .expect("the gateway runs until the context is dropped")
+    }
+
     /// Copies the agent's log from its scratch folder (where the agent could
     /// have put a link) into the run folder, following no link on either side.
     fn keep_log(&self, agent_scratch: &Path, log: &Path) {
@@ -950,9 +931,14 @@ impl EpisodeContext<'_> {
         }
     }
 
-    fn run(&self, job: &Job<'_>) -> ResultRecord {
-        let task = job.task;
-        let name = format!("{}-s{}-{}", job.agent.slug(), job.sample, &job.key[..8]);
+    fn run_episode(
+        &self,
+        task: &Task,
+        job: &EpisodeJob,
+        ladder: &LadderFingerprints,
+    ) -> ResultRecord {
+        let agent = &self.settings.agents[job.agent];
+        let name = format!("{}-s{}-{}", agent.slug(), job.sample, &job.episode_key[..8]);
         let rel = |folder: &str, ext: &str| {
             PathBuf::from(folder)
                 .join(&task.row.task_id)
@@ -964,7 +950,11 @@ impl EpisodeContext<'_> {
             log: rel("logs", "log"),
             ledger: rel("ledger", "jsonl"),
         };
-        let scratch = self.grader.work_root().join("episodes").join(&job.key);
+        let scratch = self
+            .grader
+            .work_root()
+            .join("episodes")
+            .join(&job.episode_key);
         let kept = PathBuf::from("workspaces")
             .join(&task.row.task_id)
             .join(&name);
@@ -973,25 +963,35 @@ impl EpisodeContext<'_> {
         } else {
             scratch.join("workspace")
         };
-        let mut episode = json!({
-            "key": job.key,
-            "agent": job.agent.label(),
-            "model": self.settings.model,
-            "sample": job.sample,
-            "token_budget": task.row.token_budget,
-            "prompt_version": match job.agent { AgentSpec::Builtin => Value::String(prompt_version()), AgentSpec::Command(_) => Value::Null },
-            "model_route": {
-                "provider": self.settings.upstream.api.name(),
-                "base_url": self.settings.upstream.base_url,
-                "model": self.settings.model,
-                "gateway": self.gateway.base_url(),
+        let mut episode = EpisodeInfo {
+            key: Some(job.episode_key.clone()),
+            agent: Some(agent.label()),
+            model: Some(self.settings.model.clone()),
+            sample: Some(job.sample as u64),
+            token_budget: Some(task.row.token_budget),
+            prompt_version: match agent {
+                AgentSpec::Builtin => Some(prompt_version()),
+                AgentSpec::Command(_) => None,
             },
-            "allowed_provider_tools": self.settings.allowed_provider_tools,
-            "trajectory": paths.trajectory.display().to_string(),
-        });
+            model_route: Some(ModelRoute {
+                provider: self.settings.upstream.api.name().to_string(),
+                base_url: self.settings.upstream.base_url.clone(),
+                model: self.settings.model.clone(),
+                gateway: self.gateway().base_url(),
+            }),
+            allowed_provider_tools: Some(
+                self.settings
+                    .allowed_provider_tools
+                    .iter()
+                    .cloned()
+                    .collect(),
+            ),
+            trajectory: Some(paths.trajectory.display().to_string()),
+            ..EpisodeInfo::default()
+        };
         if let Some(first) = job.previous.first() {
-            episode["rerun_of"] = first.clone();
-            episode["previous_outcomes"] = Value::Array(job.previous.clone());
+            episode.rerun_of = Some(first.clone());
+            episode.previous_outcomes = Some(job.previous.clone());
         }
         // What earlier attempts of this slot spent comes first: whatever
         // happens next, the record carries the slot's tokens.
@@ -1004,13 +1004,13 @@ impl EpisodeContext<'_> {
                     .map_err(|e| e.to_string())
             });
         if let Ok(ledger) = &ledger {
-            episode["ledger"] = Value::String(paths.ledger.display().to_string());
+            episode.ledger = Some(paths.ledger.display().to_string());
             record_carried(&mut episode, ledger.carried());
             let interrupted = ledger.interrupted();
             if interrupted.total() > 0 {
-                episode["interrupted"] = json!({
-                    "tokens_in": interrupted.input_tokens,
-                    "tokens_out": interrupted.output_tokens,
+                episode.interrupted = Some(TokenCount {
+                    tokens_in: interrupted.input_tokens,
+                    tokens_out: interrupted.output_tokens,
                 });
             }
         }
@@ -1024,11 +1024,19 @@ impl EpisodeContext<'_> {
             Ok(())
         };
         let result = kept_ok.and(ledger).and_then(|ledger| {
-            self.episode(job, &paths, &scratch, &workspace, ledger, &mut episode)
+            let ctx = EpisodeRun {
+                task,
+                job,
+                agent,
+                paths: &paths,
+                scratch: &scratch,
+                workspace: &workspace,
+            };
+            self.episode(&ctx, ledger, ladder, &mut episode)
         });
         let mut record = match result {
             Ok(record) => record,
-            Err(message) => harness_error_record(task, job, &self.settings.model, message),
+            Err(message) => harness_error_record(task, agent, &self.settings.model, message),
         };
         // The attempt is over: its spend is carried into any later attempt
         // of the slot (only a harness error is run again). An attempt cut
@@ -1045,7 +1053,7 @@ impl EpisodeContext<'_> {
                         .map_err(|e| e.to_string())
                 });
             if let Err(error) = closed {
-                episode["ledger_error"] = Value::String(error);
+                episode.ledger_error = Some(error);
             }
         }
         record.episode = Some(episode);
@@ -1057,14 +1065,19 @@ impl EpisodeContext<'_> {
 
     fn episode(
         &self,
-        job: &Job<'_>,
-        paths: &EpisodePaths,
-        scratch: &Path,
-        workspace: &Path,
+        ctx: &EpisodeRun<'_>,
         ledger: Ledger,
-        episode: &mut Value,
+        ladder: &LadderFingerprints,
+        episode: &mut EpisodeInfo,
     ) -> Result<ResultRecord, String> {
-        let task = job.task;
+        let EpisodeRun {
+            task,
+            job,
+            agent,
+            paths,
+            scratch,
+            workspace,
+        } = *ctx;
         let _ = std::fs::remove_dir_all(scratch);
         let _ = std::fs::remove_dir_all(workspace);
         std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
@@ -1073,15 +1086,15 @@ impl EpisodeContext<'_> {
         // other folders (other episodes, grading folders) live on.
         let _scratch_fs = match pdl_sandbox::ScratchFs::mount(scratch, self.settings.scratch) {
             Ok(fs) => {
-                episode["scratch_fs"] = json!({
-                    "bytes": fs.bounds().bytes,
-                    "inodes": fs.bounds().inodes,
+                episode.scratch_fs = Some(ScratchFsInfo::Own {
+                    bytes: fs.bounds().bytes,
+                    inodes: fs.bounds().inodes,
                 });
                 Some(fs)
             }
             Err(e) => {
-                episode["scratch_fs"] = json!({
-                    "shared": format!("no file system of its own ({e}): inodes are bounded only by the run's memory"),
+                episode.scratch_fs = Some(ScratchFsInfo::Shared {
+                    shared: format!("no file system of its own ({e}): inodes are bounded only by the run's memory"),
                 });
                 None
             }
@@ -1098,10 +1111,10 @@ impl EpisodeContext<'_> {
             .open_file(&paths.trajectory, pdl_fs::OpenMode::Append)
             .map_err(|e| e.to_string())?;
         let handle = self
-            .gateway
+            .gateway()
             .open_episode_with(
                 EpisodeSpec {
-                    id: job.key.clone(),
+                    id: job.episode_key.clone(),
                     token_budget: task.row.token_budget.max(0) as u64,
                     trajectory_path: self.dir.display_path(&paths.trajectory),
                 },
@@ -1109,12 +1122,12 @@ impl EpisodeContext<'_> {
                 ledger,
             )
             .map_err(|e| format!("cannot open the episode at the gateway: {e}"))?;
-        let run = self.run_agent(job, paths, scratch, workspace, &env, &handle, episode);
+        let run = self.run_agent(ctx, &env, &handle, episode);
         // The tokens are recorded however the agent's run ended.
         let usage = handle.end();
         record_usage(episode, &usage);
         if let Some(error) = handle.ledger_error() {
-            episode["ledger_error"] = Value::String(error);
+            episode.ledger_error = Some(error);
         }
         drop(handle);
         let run = run?;
@@ -1125,11 +1138,11 @@ impl EpisodeContext<'_> {
         } else {
             run.end_reason
         };
-        episode["end_reason"] = json!(end_reason.name());
-        episode["steps"] = json!(run.steps);
-        episode["wall_s"] = json!(run.wall_s);
-        episode["error"] = json!(run.error);
-        episode["summary"] = json!(run.summary);
+        episode.end_reason = Some(end_reason.name().to_string());
+        episode.steps = Some(run.steps as u64);
+        episode.wall_s = Some(run.wall_s);
+        episode.error = Some(run.error);
+        episode.summary = Some(run.summary);
         let policy = pdl_grader::PatchPolicy::new(
             &task.row.patch_policy_allowed,
             &task.row.patch_policy_forbidden,
@@ -1146,35 +1159,36 @@ impl EpisodeContext<'_> {
                 self.dir
                     .write(&paths.patch, patch.as_bytes())
                     .map_err(|e| e.to_string())?;
-                episode["patch"] = Value::String(paths.patch.display().to_string());
+                episode.patch = Some(paths.patch.display().to_string());
             }
-            Err(e) => episode["patch_error"] = Value::String(e.to_string()),
+            Err(e) => episode.patch_error = Some(e.to_string()),
         }
         let submission = Submission {
             kind: SubmissionKind::Episode,
-            name: job.agent.label(),
+            name: agent.label(),
             model_name_or_path: Some(self.settings.model.clone()),
             content: SubmissionContent::Workspace(workspace.to_path_buf()),
         };
-        Ok(self
-            .grader
-            .grade(task, &submission, self.ladders.get(&task.row.instance_id)))
+        Ok(self.grader.grade(task, &submission, Some(ladder)))
     }
 
     /// Runs the episode's agent against the open gateway episode. An `Err`
     /// is a fault of the harness (the sandbox could not run the agent).
-    #[allow(clippy::too_many_arguments)]
     fn run_agent(
         &self,
-        job: &Job<'_>,
-        paths: &EpisodePaths,
-        scratch: &Path,
-        workspace: &Path,
+        ctx: &EpisodeRun<'_>,
         env: &pdl_grader::PythonEnv,
         handle: &EpisodeHandle,
-        episode: &mut Value,
+        episode: &mut EpisodeInfo,
     ) -> Result<AgentRun, String> {
-        let task = job.task;
+        let EpisodeRun {
+            task,
+            agent,
+            paths,
+            scratch,
+            workspace,
+            ..
+        } = *ctx;
         let brief = TaskBrief {
             problem_statement: task.row.problem_statement.clone(),
             allowed: task.row.patch_policy_allowed.clone(),
@@ -1184,11 +1198,11 @@ impl EpisodeContext<'_> {
         let agent_env = base_environment(Some(&env.root.join("bin")));
         let limits = &self.settings.limits;
         let budget_spent = || handle.budget_exhausted();
-        match job.agent {
+        match agent {
             AgentSpec::Builtin => {
                 let client = ChatClient::new(
-                    self.runtime.clone(),
-                    &self.gateway.base_url(),
+                    self.handle.clone(),
+                    &self.gateway().base_url(),
                     handle.token(),
                     self.settings.upstream.api,
                     self.settings.upstream.request_timeout + Duration::from_secs(30),
@@ -1235,7 +1249,7 @@ impl EpisodeContext<'_> {
                     &calls,
                 );
                 self.keep_log(&agent_scratch, &paths.log);
-                episode["log"] = Value::String(paths.log.display().to_string());
+                episode.log = Some(paths.log.display().to_string());
                 run
             }
         }
@@ -1244,19 +1258,19 @@ impl EpisodeContext<'_> {
 
 /// Records what earlier attempts of the slot spent (they count in
 /// `tokens_in` and `tokens_out`).
-fn record_carried(episode: &mut Value, carried: Spent) {
-    episode["tokens_in"] = json!(carried.input_tokens);
-    episode["tokens_out"] = json!(carried.output_tokens);
+fn record_carried(episode: &mut EpisodeInfo, carried: Spent) {
+    episode.tokens_in = Some(carried.input_tokens);
+    episode.tokens_out = Some(carried.output_tokens);
     if carried.total() > 0 {
-        episode["carried"] = json!({
-            "tokens_in": carried.input_tokens,
-            "tokens_out": carried.output_tokens,
+        episode.carried = Some(TokenCount {
+            tokens_in: carried.input_tokens,
+            tokens_out: carried.output_tokens,
         });
     }
 }
 
 /// Records an attempt's usage: the slot's tokens and this attempt's counters.
-fn record_usage(episode: &mut Value, usage: &Usage) {
+fn record_usage(episode: &mut EpisodeInfo, usage: &Usage) {
     record_carried(
         episode,
         Spent {
@@ -1264,22 +1278,27 @@ fn record_usage(episode: &mut Value, usage: &Usage) {
             output_tokens: usage.carried_output_tokens,
         },
     );
-    episode["tokens_in"] = json!(usage.input_tokens);
-    episode["tokens_out"] = json!(usage.output_tokens);
-    episode["calls"] = json!(usage.calls);
-    episode["refused_calls"] = json!(usage.refused_calls);
-    episode["budget_refusals"] = json!(usage.budget_refusals);
-    episode["unrecorded_refusals"] = json!(usage.unrecorded_refusals);
-    episode["abandoned_calls"] = json!(usage.abandoned_calls);
-    episode["overrun_tokens"] = json!(usage.overrun_tokens);
+    episode.tokens_in = Some(usage.input_tokens);
+    episode.tokens_out = Some(usage.output_tokens);
+    episode.calls = Some(usage.calls);
+    episode.refused_calls = Some(usage.refused_calls);
+    episode.budget_refusals = Some(usage.budget_refusals);
+    episode.unrecorded_refusals = Some(usage.unrecorded_refusals);
+    episode.abandoned_calls = Some(usage.abandoned_calls);
+    episode.overrun_tokens = Some(usage.overrun_tokens);
 }
 
-fn harness_error_record(task: &Task, job: &Job<'_>, model: &str, message: String) -> ResultRecord {
+fn harness_error_record(
+    task: &Task,
+    agent: &AgentSpec,
+    model: &str,
+    message: String,
+) -> ResultRecord {
     let mut record = ResultRecord {
         instance_id: task.row.instance_id.clone(),
         model_name_or_path: Some(model.to_string()),
         kind: SubmissionKind::Episode,
-        name: job.agent.label(),
+        name: agent.label(),
         reward: 0.0,
         components: Default::default(),
         verdict: Verdict::HarnessError,
@@ -1294,6 +1313,7 @@ fn harness_error_record(task: &Task, job: &Job<'_>, model: &str, message: String
         provenance: Default::default(),
         suspicious: Vec::new(),
         episode: None,
+        job_key: None,
     };
     record.provenance.harness_version = pdl_grader::HARNESS_VERSION.into();
     record.provenance.task_digest = task.digest();

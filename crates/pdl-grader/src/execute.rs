@@ -19,6 +19,31 @@ where
     W: Fn(&J) -> R + Sync,
     F: FnMut(usize, R),
 {
+    execute_reporting(jobs, parallelism, work, |report| {
+        if let Report::Finished(i, r) = report {
+            on_result(i, r);
+        }
+    });
+}
+
+/// What [`execute_reporting`] tells the calling thread.
+#[derive(Debug)]
+pub enum Report<R> {
+    /// The job with this index started on a worker.
+    Started(usize),
+    /// The job with this index finished with this result.
+    Finished(usize, R),
+}
+
+/// [`execute`], and the caller also hears when each job starts on a worker
+/// (always before its result; nothing after an interruption).
+pub fn execute_reporting<J, R, W, F>(jobs: &[J], parallelism: usize, work: W, mut on_report: F)
+where
+    J: Sync,
+    R: Send,
+    W: Fn(&J) -> R + Sync,
+    F: FnMut(Report<R>),
+{
     let next = AtomicUsize::new(0);
     let workers = parallelism.max(1).min(jobs.len().max(1));
     std::thread::scope(|scope| {
@@ -35,18 +60,21 @@ where
                 if i >= jobs.len() {
                     break;
                 }
+                if tx.send(Report::Started(i)).is_err() {
+                    break;
+                }
                 let result = work(&jobs[i]);
-                if tx.send((i, result)).is_err() {
+                if tx.send(Report::Finished(i, result)).is_err() {
                     break;
                 }
             });
         }
         drop(tx);
-        for (i, result) in rx {
+        for report in rx {
             if pdl_sandbox::interrupt::requested() {
                 continue;
             }
-            on_result(i, result);
+            on_report(report);
         }
     });
 }
@@ -71,6 +99,29 @@ mod tests {
             },
         );
         assert!(seen.iter().all(|&n| n == 1));
+    }
+
+    #[test]
+    fn every_job_is_reported_started_before_it_finishes() {
+        let jobs: Vec<u32> = (0..20).collect();
+        let mut started = [false; 20];
+        let mut finished = 0;
+        execute_reporting(
+            &jobs,
+            3,
+            |j| *j,
+            |report| match report {
+                Report::Started(i) => {
+                    assert!(!started[i]);
+                    started[i] = true;
+                }
+                Report::Finished(i, _) => {
+                    assert!(started[i], "job {i} finished before it started");
+                    finished += 1;
+                }
+            },
+        );
+        assert_eq!(finished, 20);
     }
 
     #[test]

@@ -94,7 +94,9 @@ impl Submission {
         })
     }
 
-    fn digest(&self) -> String {
+    /// The digest recorded as `provenance.submission_digest` (empty for a
+    /// workspace, whose digest is that of its graded change set).
+    pub fn digest(&self) -> String {
         match &self.content {
             SubmissionContent::Patch(p) => {
                 format!("sha256:{}", hex::encode(Sha256::digest(p.as_bytes())))
@@ -297,6 +299,7 @@ impl Grader {
             },
             suspicious: Vec::new(),
             episode: None,
+            job_key: None,
         };
         let workdir = match self.new_workdir(task, &submission.name) {
             Ok(d) => d,

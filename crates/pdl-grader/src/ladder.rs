@@ -39,7 +39,7 @@ impl LadderFingerprints {
         task: &Task,
         records: impl IntoIterator<Item = &'a ResultRecord>,
     ) -> Self {
-        let mut rungs: Vec<RungFingerprint> = records
+        let rungs: Vec<RungFingerprint> = records
             .into_iter()
             .filter(|r| r.verdict == Verdict::Graded)
             .map(|r| RungFingerprint {
@@ -52,6 +52,11 @@ impl LadderFingerprints {
                 reward: r.reward,
             })
             .collect();
+        Self::from_rungs(task, rungs)
+    }
+
+    /// Fingerprints of `task` from measured rungs, put in ladder order.
+    pub fn from_rungs(task: &Task, mut rungs: Vec<RungFingerprint>) -> Self {
         let order = |name: &str| {
             task.extras
                 .ladder

@@ -8,12 +8,14 @@
 //! with the task's parsed reward formula. The result is a [`ResultRecord`] with a
 //! closed [`Verdict`].
 //!
-//! [`certify`] plans, runs and judges validation and calibration;
-//! [`predictions`] grades SWE-bench style predictions files. Python environments
-//! come from the [`EnvManager`]. Nothing here prints: progress goes to callbacks.
+//! Every command that grades runs the same plan → execute → record path, the
+//! [`pipeline`] ([`pipeline::Pipeline`], one [`pipeline::Job`] type, one
+//! [`pipeline::Event`] stream, one resume key); [`validation`] plans and judges
+//! validation and calibration, [`predictions`] plans SWE-bench style
+//! predictions files. Python environments come from the [`EnvManager`].
+//! Nothing here prints: progress goes to the event stream.
 
 pub mod apply;
-pub mod certify;
 pub mod changes;
 pub mod env;
 pub mod exact_apply;
@@ -21,12 +23,14 @@ pub mod execute;
 pub mod grade;
 pub mod ladder;
 pub mod outcome;
+pub mod pipeline;
 pub mod policy;
 pub mod predictions;
 pub mod protocol;
 pub mod pytest;
 pub mod record;
 pub mod suspicious;
+pub mod validation;
 pub mod workspace;
 
 pub use env::{find_interpreter, EnvError, EnvManager, PythonEnv, PythonInterpreter};
@@ -35,5 +39,6 @@ pub use ladder::LadderFingerprints;
 pub use outcome::TestOutcome;
 pub use policy::{PatchPolicy, PathDecision};
 pub use record::{
-    Components, Phases, PolicyReport, ResultRecord, SubmissionKind, SuspiciousLine, Verdict,
+    Components, EpisodeInfo, Phases, PolicyReport, ResultRecord, SubmissionKind, SuspiciousLine,
+    Verdict,
 };

@@ -1,18 +1,19 @@
-//! SWE-bench style predictions files ([`parse_predictions`]) and grading them
-//! ([`grade_predictions`]): one record per prediction, written as soon as it is
-//! known; a bad prediction gets a record of its own and never stops the others.
+//! SWE-bench style predictions files ([`parse_predictions`]) and the plan that
+//! grades them on the [`pipeline`](crate::pipeline) ([`plan_predictions`]): one
+//! record per prediction, written as soon as it is known; a bad prediction gets
+//! a record of its own and never stops the others.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use pdl_task::Task;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::execute::execute;
-use crate::grade::{Grader, Submission, SubmissionContent, HARNESS_VERSION};
+use crate::grade::{Grader, Submission, SubmissionContent};
 use crate::ladder::LadderFingerprints;
-use crate::record::{Components, PolicyReport, Provenance, ResultRecord, SubmissionKind, Verdict};
+use crate::pipeline::{InvalidJob, Job, JobKey, JobKind, Phase, PhasePlan, Plan};
+use crate::record::SubmissionKind;
 
 /// One prediction as read from the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,129 +192,39 @@ pub fn parse_predictions(bytes: &[u8], source: &str) -> Result<Vec<PredictionEnt
     Ok(entries)
 }
 
-/// The key a record is resumed by: instance, model, submission digest.
-pub fn resume_key(record: &ResultRecord) -> (String, String, String) {
-    (
-        record.instance_id.clone(),
-        record.model_name_or_path.clone().unwrap_or_default(),
-        record.provenance.submission_digest.clone(),
-    )
-}
-
-fn entry_key(entry: &PredictionEntry) -> (String, String, String) {
-    match entry {
-        PredictionEntry::Valid(p) => (
-            p.instance_id.clone(),
-            p.model_name_or_path.clone(),
-            digest(p.model_patch.as_bytes()),
-        ),
-        PredictionEntry::Invalid(i) => (
-            i.instance_id.clone().unwrap_or_default(),
-            i.model_name_or_path.clone().unwrap_or_default(),
-            i.digest.clone(),
-        ),
-    }
-}
-
-fn invalid_record(
-    instance_id: &str,
-    model: Option<String>,
-    detail: String,
-    digest: String,
-    task: Option<&Task>,
-) -> ResultRecord {
-    ResultRecord {
-        instance_id: instance_id.to_string(),
-        model_name_or_path: model.clone(),
-        kind: SubmissionKind::Prediction,
-        name: model.unwrap_or_else(|| "unknown".into()),
-        reward: 0.0,
-        components: Components::default(),
-        verdict: Verdict::InvalidPrediction,
-        detail: Some(detail),
-        tests: BTreeMap::new(),
-        policy: PolicyReport::default(),
-        landed_rung: None,
-        compile_errors: Vec::new(),
-        collection_errors: Vec::new(),
-        duration_s: 0.0,
-        phases_s: Default::default(),
-        provenance: Provenance {
-            harness_version: HARNESS_VERSION.into(),
-            task_digest: task.map(Task::digest).unwrap_or_default(),
-            submission_digest: digest,
-            ..Provenance::default()
-        },
-        suspicious: Vec::new(),
-        episode: None,
-    }
-}
-
-/// What a predictions run reports as it goes.
-#[derive(Debug)]
-pub enum GradeEvent<'a> {
-    /// A rung was measured to fingerprint its ladder (`done` of `total`).
-    Ladder {
-        /// Rungs measured so far.
-        done: usize,
-        /// Rungs to measure.
-        total: usize,
-    },
-    /// A prediction's record is ready (graded, or invalid).
-    Record(&'a ResultRecord),
-}
-
-/// Grades every entry not already in `done` (resume keys). Ladders missing from
-/// the cache are measured first, so every prediction's `landed_rung` is known
-/// when its record is handed to `on_event`. Returns how many entries were
-/// skipped as already done.
-pub fn grade_predictions(
-    grader: &Grader,
-    tasks: &[Task],
-    entries: &[PredictionEntry],
-    done: &HashSet<(String, String, String)>,
-    parallelism: usize,
-    cache_root: &Path,
-    mut on_event: impl FnMut(GradeEvent<'_>),
-) -> usize {
-    let by_id: HashMap<&str, &Task> = tasks
-        .iter()
-        .map(|t| (t.row.instance_id.as_str(), t))
-        .collect();
-    let mut skipped = 0;
-    let mut todo: Vec<(&Task, Submission)> = Vec::new();
-    for entry in entries {
-        if done.contains(&entry_key(entry)) {
-            skipped += 1;
-            continue;
-        }
-        match entry {
+impl PredictionEntry {
+    /// The job that records this entry: grading it, or recording why it
+    /// cannot be graded (an invalid entry, an instance the dataset does not
+    /// hold).
+    pub fn job(&self, tasks: &[Task], by_id: &HashMap<&str, usize>) -> Job {
+        match self {
             PredictionEntry::Invalid(i) => {
                 let id = i.instance_id.clone().unwrap_or_default();
-                let rec = invalid_record(
-                    &id,
-                    i.model_name_or_path.clone(),
-                    format!("{}: {}", i.location, i.reason),
-                    i.digest.clone(),
+                Job::invalid(
                     by_id.get(id.as_str()).copied(),
-                );
-                on_event(GradeEvent::Record(&rec));
+                    InvalidJob {
+                        instance_id: id,
+                        model_name_or_path: i.model_name_or_path.clone(),
+                        detail: format!("{}: {}", i.location, i.reason),
+                        submission_digest: i.digest.clone(),
+                    },
+                )
             }
             PredictionEntry::Valid(p) => match by_id.get(p.instance_id.as_str()) {
-                None => {
-                    let rec = invalid_record(
-                        &p.instance_id,
-                        Some(p.model_name_or_path.clone()),
-                        format!(
+                None => Job::invalid(
+                    None,
+                    InvalidJob {
+                        instance_id: p.instance_id.clone(),
+                        model_name_or_path: Some(p.model_name_or_path.clone()),
+                        detail: format!(
                             "{}: unknown instance_id `{}` (not in the dataset)",
                             p.location, p.instance_id
                         ),
-                        digest(p.model_patch.as_bytes()),
-                        None,
-                    );
-                    on_event(GradeEvent::Record(&rec));
-                }
-                Some(task) => todo.push((
+                        submission_digest: digest(p.model_patch.as_bytes()),
+                    },
+                ),
+                Some(&task) => Job::grade(
+                    tasks,
                     task,
                     Submission {
                         kind: SubmissionKind::Prediction,
@@ -321,18 +232,49 @@ pub fn grade_predictions(
                         model_name_or_path: Some(p.model_name_or_path.clone()),
                         content: SubmissionContent::Patch(p.model_patch.clone()),
                     },
-                )),
+                    0,
+                ),
             },
         }
     }
-    // Phase 1: ladders of the tasks involved.
-    let mut ladders: HashMap<String, LadderFingerprints> = HashMap::new();
-    let mut rung_jobs: Vec<(&Task, Submission)> = Vec::new();
-    let mut seen = HashSet::new();
-    for (task, _) in &todo {
-        if !seen.insert(task.row.instance_id.clone()) || task.extras.ladder.is_empty() {
-            continue;
+}
+
+/// The plan for a predictions file: every entry whose key is not in `done`
+/// (the keys of the records `--out` already holds), after a ladder phase for
+/// the tasks involved whose fingerprints are not in the cache under
+/// `cache_root` (its rungs are graded for their fingerprints only, and the
+/// ladders it completes are cached).
+pub fn plan_predictions(
+    grader: &Grader,
+    tasks: &[Task],
+    entries: &[PredictionEntry],
+    done: &HashSet<JobKey>,
+    cache_root: &Path,
+) -> Plan {
+    let by_id: HashMap<&str, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.row.instance_id.as_str(), i))
+        .collect();
+    let mut plan = Plan {
+        ladder_cache: Some(cache_root.to_path_buf()),
+        ..Plan::default()
+    };
+    let mut predictions = PhasePlan::new(Phase::Predictions, true);
+    for entry in entries {
+        predictions.push_unless_done(entry.job(tasks, &by_id), done);
+    }
+    let mut involved = Vec::new();
+    for job in &predictions.jobs {
+        if let (Some(t), JobKind::Grade { .. }) = (job.task, &job.kind) {
+            if !involved.contains(&t) && !tasks[t].extras.ladder.is_empty() {
+                involved.push(t);
+            }
         }
+    }
+    let mut measure = Vec::new();
+    for t in involved {
+        let task = &tasks[t];
         let env_digest = grader
             .envs()
             .ensure(task.row.requirements_lock())
@@ -340,57 +282,14 @@ pub fn grade_predictions(
             .unwrap_or_default();
         match LadderFingerprints::load_cached(cache_root, task, &env_digest) {
             Some(f) => {
-                ladders.insert(task.row.instance_id.clone(), f);
+                plan.known_rungs.insert(t, f.rungs);
             }
-            None => rung_jobs.extend(
-                task.extras
-                    .ladder
-                    .iter()
-                    .filter_map(|r| Submission::rung(task, &r.name).map(|s| (*task, s))),
-            ),
+            None => measure.push(t),
         }
     }
-    let mut rung_records: HashMap<String, Vec<ResultRecord>> = HashMap::new();
-    let total = rung_jobs.len();
-    let mut finished = 0;
-    execute(
-        &rung_jobs,
-        parallelism,
-        |(task, s)| grader.grade(task, s, None),
-        |i, rec| {
-            finished += 1;
-            on_event(GradeEvent::Ladder {
-                done: finished,
-                total,
-            });
-            rung_records
-                .entry(rung_jobs[i].0.row.instance_id.clone())
-                .or_default()
-                .push(rec);
-        },
-    );
-    for (id, records) in rung_records {
-        let task = by_id[id.as_str()];
-        let f = LadderFingerprints::from_records(task, &records);
-        if f.rungs.len() == task.extras.ladder.len() {
-            let env_digest = records
-                .first()
-                .map(|r| r.provenance.environment.digest.clone())
-                .unwrap_or_default();
-            let _ = f.store(cache_root, task, &env_digest);
-        }
-        ladders.insert(id, f);
-    }
-    // Phase 2: the predictions.
-    execute(
-        &todo,
-        parallelism,
-        |(task, s)| grader.grade(task, s, ladders.get(&task.row.instance_id)),
-        |_, rec| {
-            on_event(GradeEvent::Record(&rec));
-        },
-    );
-    skipped
+    plan.add_ladders(tasks, &measure, false, &HashSet::new());
+    plan.phases.push(predictions);
+    plan
 }
 
 #[cfg(test)]

@@ -302,26 +302,20 @@ impl Collected {
                     .episode
                     .as_ref()
                     .ok_or("an episode record without its `episode` object; skipped")?;
-                let text = |field: &str| {
-                    episode
-                        .get(field)
-                        .and_then(|v| v.as_str())
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_string)
-                        .ok_or_else(|| {
-                            format!("an episode record without `episode.{field}`; skipped")
-                        })
+                let text = |value: &Option<String>, field: &str| {
+                    value.clone().filter(|s| !s.is_empty()).ok_or_else(|| {
+                        format!("an episode record without `episode.{field}`; skipped")
+                    })
                 };
                 let budget = episode
-                    .get("token_budget")
-                    .and_then(|v| v.as_i64())
+                    .token_budget
                     .ok_or("an episode record without `episode.token_budget`; skipped")?;
                 let key = AgentKey {
-                    agent: text("agent")?,
-                    model: text("model")?,
+                    agent: text(&episode.agent, "agent")?,
+                    model: text(&episode.model, "model")?,
                     budget: Some(budget),
                 };
-                (key, format!("episode\n{}", text("key")?))
+                (key, format!("episode\n{}", text(&episode.key, "key")?))
             }
             SubmissionKind::Prediction if !episodes_only => {
                 let model = record

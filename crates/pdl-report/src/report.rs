@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use pdl_grader::{ResultRecord, SubmissionKind, Verdict};
+use pdl_grader::{EpisodeInfo, ResultRecord, SubmissionKind, Verdict};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -595,8 +595,7 @@ fn build(
             let key = record
                 .episode
                 .as_ref()
-                .and_then(|e| e.get("key"))
-                .and_then(Value::as_str)
+                .and_then(|e| e.key.as_deref())
                 .unwrap_or("");
             (!planned.contains(key)).then(|| {
                 format!("its key `{key}` is not one of the campaign's episodes (campaign.json)")
@@ -872,55 +871,6 @@ fn parse_campaign(obj: &Map<String, Value>, warnings: &mut Vec<Warning>) -> Camp
     }
 }
 
-/// Reads the typed fields of an episode object, warning about each field of the
-/// wrong type.
-struct EpisodeFields<'a> {
-    obj: Option<&'a Map<String, Value>>,
-    line: Option<usize>,
-    warnings: &'a mut Vec<Warning>,
-}
-
-impl EpisodeFields<'_> {
-    fn get(&mut self, key: &str) -> Option<&Value> {
-        self.obj.and_then(|o| o.get(key)).filter(|v| !v.is_null())
-    }
-
-    fn warn(&mut self, key: &str, want: &str) {
-        let message = format!("episode field `{key}` is not {want}; ignored");
-        self.warnings
-            .push(Warning::new(RESULTS_FILE, self.line, message));
-    }
-
-    fn text(&mut self, key: &str) -> Option<String> {
-        let v = self.get(key)?.clone();
-        match v {
-            Value::String(s) => Some(s),
-            _ => {
-                self.warn(key, "a string");
-                None
-            }
-        }
-    }
-
-    fn count(&mut self, key: &str) -> Option<u64> {
-        let v = self.get(key)?.clone();
-        let n = v.as_u64();
-        if n.is_none() {
-            self.warn(key, "a non-negative integer");
-        }
-        n
-    }
-
-    fn number(&mut self, key: &str) -> Option<f64> {
-        let v = self.get(key)?.clone();
-        let n = v.as_f64();
-        if n.is_none() {
-            self.warn(key, "a number");
-        }
-        n
-    }
-}
-
 fn episode_row(
     line: Option<usize>,
     r: &ResultRecord,
@@ -928,42 +878,50 @@ fn episode_row(
     run_dir: &Path,
     warnings: &mut Vec<Warning>,
 ) -> EpisodeRow {
-    let obj = r.episode.as_ref().and_then(Value::as_object);
-    if r.kind == SubmissionKind::Episode && obj.is_none() {
-        warnings.push(Warning::new(
-            RESULTS_FILE,
-            line,
-            format!(
-                "episode record `{}` for {} has no episode fields",
-                r.name, r.instance_id
-            ),
-        ));
-    }
-    let mut f = EpisodeFields {
-        obj,
-        line,
-        warnings,
+    let empty = EpisodeInfo::default();
+    let e = match &r.episode {
+        Some(e) => e,
+        None => {
+            if r.kind == SubmissionKind::Episode {
+                warnings.push(Warning::new(
+                    RESULTS_FILE,
+                    line,
+                    format!(
+                        "episode record `{}` for {} has no episode fields",
+                        r.name, r.instance_id
+                    ),
+                ));
+            }
+            &empty
+        }
     };
-    let model = f
-        .text("model")
+    for m in &e.malformed {
+        let message = format!("episode field `{}` is not {}; ignored", m.field, m.expected);
+        warnings.push(Warning::new(RESULTS_FILE, line, message));
+    }
+    let token_budget = e.token_budget.and_then(|b| {
+        let budget = u64::try_from(b).ok();
+        if budget.is_none() {
+            let message =
+                "episode field `token_budget` is not a non-negative integer; ignored".to_string();
+            warnings.push(Warning::new(RESULTS_FILE, line, message));
+        }
+        budget
+    });
+    let model = e
+        .model
+        .clone()
         .or_else(|| r.model_name_or_path.clone())
         .unwrap_or_else(|| UNKNOWN_TIER.to_string());
     let (key, agent) = match r.kind {
         SubmissionKind::Prediction => (format!("prediction:{model}"), "prediction".to_string()),
         _ => (
-            f.text("key").unwrap_or_else(|| r.name.clone()),
-            f.text("agent").unwrap_or_else(|| UNKNOWN_TIER.to_string()),
+            e.key.clone().unwrap_or_else(|| r.name.clone()),
+            e.agent.clone().unwrap_or_else(|| UNKNOWN_TIER.to_string()),
         ),
     };
-    let tokens_in = f.count("tokens_in");
-    let tokens_out = f.count("tokens_out");
-    let token_budget = f.count("token_budget");
-    let end_reason = f.text("end_reason");
-    let error = f.get("error").and_then(as_text);
-    let trajectory = f.text("trajectory");
-    let patch = f.text("patch");
-    let patch_error = f.get("patch_error").and_then(as_text);
-    let log = f.text("log");
+    let (tokens_in, tokens_out) = (e.tokens_in, e.tokens_out);
+    let end_reason = e.end_reason.clone();
     let budget_exhausted = end_reason.as_deref() == Some(BUDGET_EXHAUSTED)
         || matches!(
             (tokens_in, tokens_out, token_budget),
@@ -982,7 +940,7 @@ fn episode_row(
         key,
         agent,
         model,
-        sample: f.count("sample"),
+        sample: e.sample,
         reward: r.reward,
         verdict: r.verdict,
         detail: r.detail.clone(),
@@ -991,21 +949,18 @@ fn episode_row(
         tokens_in,
         tokens_out,
         token_budget,
-        steps: f.count("steps"),
-        wall_s: f.number("wall_s"),
+        steps: e.steps,
+        wall_s: e.wall_s,
         landed_rung: r.landed_rung.clone(),
-        trajectory_exists: exists(&trajectory),
-        trajectory,
-        patch_exists: exists(&patch),
-        patch,
-        patch_error,
-        log_exists: exists(&log),
-        log,
-        error,
-        reruns: obj
-            .and_then(|o| o.get("previous_outcomes"))
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len),
+        trajectory_exists: exists(&e.trajectory),
+        trajectory: e.trajectory.clone(),
+        patch_exists: exists(&e.patch),
+        patch: e.patch.clone(),
+        patch_error: e.patch_error.clone(),
+        log_exists: exists(&e.log),
+        log: e.log.clone(),
+        error: e.error.clone().flatten(),
+        reruns: e.reruns(),
         line,
     }
 }

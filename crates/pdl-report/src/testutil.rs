@@ -25,6 +25,7 @@ pub fn record(instance_id: &str, kind: &str, reward: f64) -> ResultRecord {
         provenance: Default::default(),
         suspicious: Vec::new(),
         episode: None,
+        job_key: None,
     }
 }
 
@@ -35,18 +36,26 @@ pub fn episode(instance_id: &str, agent: &str, sample: u64, reward: f64) -> Resu
     let key = format!("{instance_id}/{agent}/gpt-x/{sample}");
     r.name = key.clone();
     r.model_name_or_path = Some("gpt-x".to_string());
-    r.episode = Some(json!({
+    r.episode = Some(episode_info(json!({
         "key": key, "agent": agent, "model": "gpt-x", "sample": sample,
         "tokens_in": 1000, "tokens_out": 100, "token_budget": 5000,
         "end_reason": "finished", "steps": 4, "wall_s": 2.5,
         "trajectory": format!("trajectories/{instance_id}/{agent}-{sample}.jsonl"),
         "patch": format!("patches/{instance_id}-{agent}-{sample}.diff"),
         "error": null,
-    }));
+    })));
     r
 }
 
-/// Sets one field of a record's episode object.
+/// An episode object read from JSON, as a reader would.
+pub fn episode_info(value: serde_json::Value) -> pdl_grader::EpisodeInfo {
+    serde_json::from_value(value).unwrap()
+}
+
+/// Sets one field of a record's episode object (as if the file had held
+/// `value` there).
 pub fn set_episode_field(r: &mut ResultRecord, field: &str, value: serde_json::Value) {
-    r.episode.as_mut().unwrap()[field] = value;
+    let mut object = serde_json::to_value(r.episode.as_ref().unwrap()).unwrap();
+    object[field] = value;
+    r.episode = Some(episode_info(object));
 }

@@ -40,6 +40,7 @@ fn record(instance_id: &str, kind: SubmissionKind, reward: f64) -> ResultRecord 
         },
         suspicious: Vec::new(),
         episode: None,
+        job_key: None,
     }
 }
 
@@ -66,12 +67,15 @@ fn episode(dir: &Path, instance_id: &str, agent: &str, sample: u64, plan: &Plan)
     r.verdict = plan.3;
     r.landed_rung = plan.2.map(str::to_string);
     let tokens_in = 10_000 + 1000 * sample;
-    r.episode = Some(json!({
-        "key": key, "agent": agent, "model": "gpt-x", "sample": sample,
-        "tokens_in": tokens_in, "tokens_out": 500, "token_budget": 250_000,
-        "end_reason": plan.1, "steps": 12, "wall_s": 30.5,
-        "trajectory": trajectory, "patch": patch, "error": null,
-    }));
+    r.episode = Some(
+        serde_json::from_value(json!({
+            "key": key, "agent": agent, "model": "gpt-x", "sample": sample,
+            "tokens_in": tokens_in, "tokens_out": 500, "token_budget": 250_000,
+            "end_reason": plan.1, "steps": 12, "wall_s": 30.5,
+            "trajectory": trajectory, "patch": patch, "error": null,
+        }))
+        .unwrap(),
+    );
     r
 }
 
@@ -408,9 +412,9 @@ fn markup_in_the_run_is_escaped_everywhere() {
     r.verdict = Verdict::PatchFailed;
     r.detail = Some("patch does not apply: <script>steal()</script> & \"quotes\"".to_string());
     let ep = r.episode.as_mut().unwrap();
-    ep["agent"] = json!("cmd:<img src=x onerror=alert(2)>");
-    ep["trajectory"] = json!("javascript:alert(3)");
-    ep["patch"] = json!("patches/a\"><script>alert(4)</script>.diff");
+    ep.agent = Some("cmd:<img src=x onerror=alert(2)>".to_string());
+    ep.trajectory = Some("javascript:alert(3)".to_string());
+    ep.patch = Some("patches/a\"><script>alert(4)</script>.diff".to_string());
     let mut gold = record(evil, SubmissionKind::Gold, 0.5);
     gold.detail = Some("<b>bold</b>".to_string());
     let text = format!(

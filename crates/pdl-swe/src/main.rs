@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod exit;
 mod interrupt;
+mod progress;
 mod render;
 mod settings;
 

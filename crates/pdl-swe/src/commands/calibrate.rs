@@ -1,6 +1,6 @@
 //! `pdl-swe calibrate`: gold, do-nothing and every rung, one table.
 
-use pdl_grader::certify::{calibrate, plan, CalibrationRow, PlanOptions};
+use pdl_grader::validation::{calibrate, plan, CalibrationRow, PlanOptions};
 use serde::Serialize;
 
 use pdl_report::terminal_safe;
@@ -26,7 +26,7 @@ pub fn run(args: &CalibrateArgs) -> Result<i32, ExitError> {
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     let settings = resolve(&args.run)?;
-    let jobs = plan(
+    let plan = plan(
         &ds.tasks,
         PlanOptions {
             collect: false,
@@ -37,7 +37,7 @@ pub fn run(args: &CalibrateArgs) -> Result<i32, ExitError> {
     let measured = measure(
         &settings,
         &ds.tasks,
-        &jobs,
+        &plan,
         args.out.as_deref(),
         "calibrate",
     )?;
@@ -105,7 +105,7 @@ pub fn run(args: &CalibrateArgs) -> Result<i32, ExitError> {
                 "{calibrated} of {} tasks calibrated in {:.1}s ({} gradings, -j {}, sandbox {}, {})",
                 rows.len(),
                 wall_s,
-                jobs.len(),
+                plan.total(),
                 settings.parallelism,
                 settings.grader.runner().kind().name(),
                 ds.source

@@ -1,9 +1,10 @@
 //! `pdl-swe grade --predictions FILE --out FILE`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use anyhow::Context;
-use pdl_grader::predictions::{grade_predictions, parse_predictions, resume_key, GradeEvent};
+use pdl_grader::pipeline::{done_keys, Pipeline, PipelineError, Resume};
+use pdl_grader::predictions::{parse_predictions, plan_predictions};
 use pdl_grader::record::RecordLog;
 use pdl_grader::{ResultRecord, Verdict};
 use pdl_report::{RunReport, Stats};
@@ -14,7 +15,8 @@ use pdl_report::terminal_safe;
 use crate::cli::{Format, GradeArgs};
 use crate::commands::report_load_errors;
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar, reward, table};
+use crate::progress::GradeBar;
+use crate::render::{print_json, reward, table};
 use crate::settings::{load_dataset, resolve};
 
 /// One model's predictions, summarized by the report library's own
@@ -36,42 +38,36 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
         .map_err(|e| ExitError::usage(anyhow::anyhow!(e)))?;
     let settings = resolve(&args.run)?;
     let mut out = RecordLog::open(&args.out).map_err(anyhow::Error::from)?;
-    let previous: Vec<ResultRecord> = out.existing().to_vec();
-    let done: HashSet<_> = previous.iter().map(resume_key).collect();
-    let bar = progress_bar(entries.len(), "grade");
-    let mut records: Vec<ResultRecord> = previous;
-    let mut write_error = None;
-    let skipped = grade_predictions(
+    let mut records: Vec<ResultRecord> = out.existing().to_vec();
+    let done = done_keys(&records, Resume::Every);
+    let plan = plan_predictions(
         &settings.grader,
         &ds.tasks,
         &entries,
         &done,
-        settings.parallelism,
         &settings.cache_dir,
-        |event| match event {
-            GradeEvent::Ladder { done, total } => {
-                bar.set_message(format!("measuring ladders {done}/{total}"))
-            }
-            GradeEvent::Record(rec) => {
-                bar.set_message(String::new());
-                bar.inc(1);
-                if let Err(e) = out.append(rec) {
-                    write_error.get_or_insert(e);
-                }
-                records.push(rec.clone());
-            }
-        },
     );
-    bar.finish_and_clear();
+    let skipped = plan.skipped();
+    let pipeline = Pipeline {
+        grader: &settings.grader,
+        tasks: &ds.tasks,
+        parallelism: settings.parallelism,
+        episodes: None,
+    };
+    let mut bar = GradeBar::new(entries.len());
+    let outcome = pipeline.run(&plan, &mut out, &mut |e| bar.on_event(e));
+    bar.finish();
     if crate::interrupt::requested() {
         return Err(crate::interrupt::stopped(&format!(
             "the records of finished gradings are in {}",
             args.out.display()
         )));
     }
-    if let Some(e) = write_error {
-        return Err(e.into());
-    }
+    let outcome = outcome.map_err(|e| match e {
+        PipelineError::Write(e) => ExitError::from(e),
+        other => ExitError::from(anyhow::Error::from(other)),
+    })?;
+    records.extend(outcome.records().cloned());
     let report = RunReport::from_records(&args.out, None, &records, &BTreeMap::new());
     let mut rows_by_model: BTreeMap<&str, Vec<&pdl_report::EpisodeRow>> = BTreeMap::new();
     for row in &report.episodes {

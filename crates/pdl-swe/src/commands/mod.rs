@@ -13,13 +13,14 @@ pub mod validate;
 
 use std::path::Path;
 
-use pdl_grader::certify::{run_plan, Job, JobResult, TaskMeasurements};
+use pdl_grader::pipeline::{Pipeline, PipelineError, Plan};
 use pdl_grader::record::RecordLog;
+use pdl_grader::validation::TaskMeasurements;
 use pdl_report::terminal_safe;
 use pdl_task::{Dataset, LoadError, Task};
 
 use crate::exit::ExitError;
-use crate::render::progress_bar;
+use crate::progress::PlanBar;
 use crate::settings::RunSettings;
 
 /// Prints load errors to stderr (with the dataset's control characters
@@ -57,31 +58,29 @@ pub fn select(dataset: &mut Dataset, ids: &[String]) -> Result<(), ExitError> {
 pub fn measure(
     settings: &RunSettings,
     tasks: &[Task],
-    jobs: &[Job],
+    plan: &Plan,
     out: Option<&Path>,
     label: &str,
 ) -> Result<Vec<TaskMeasurements>, ExitError> {
     let mut log = out.map(RecordLog::open).transpose()?;
-    let bar = progress_bar(jobs.len(), label);
-    let mut write_error = None;
-    let measured = run_plan(&settings.grader, tasks, jobs, settings.parallelism, |p| {
-        bar.set_position(p.done as u64);
-        bar.set_message(terminal_safe(&p.job.label(tasks)).into_owned());
-        if let (Some(log), JobResult::Graded(r)) = (log.as_mut(), p.result) {
-            if let Err(e) = log.append(r.as_ref()) {
-                write_error.get_or_insert(e);
-            }
-        }
-    });
-    bar.finish_and_clear();
+    let pipeline = Pipeline {
+        grader: &settings.grader,
+        tasks,
+        parallelism: settings.parallelism,
+        episodes: None,
+    };
+    let mut bar = PlanBar::new(label, tasks);
+    let outcome = pipeline.run(plan, &mut log.as_mut(), &mut |e| bar.on_event(e));
+    bar.finish();
     if crate::interrupt::requested() {
         return Err(crate::interrupt::stopped(&match out {
             Some(path) => format!("the records of finished gradings are in {}", path.display()),
             None => "nothing was recorded (use --out to keep records)".to_string(),
         }));
     }
-    match write_error {
-        Some(e) => Err(e.into()),
-        None => Ok(measured),
-    }
+    let outcome = outcome.map_err(|e| match e {
+        PipelineError::Write(e) => ExitError::from(e),
+        other => ExitError::from(anyhow::Error::from(other)),
+    })?;
+    Ok(TaskMeasurements::from_outcome(tasks, plan, &outcome))
 }

@@ -7,16 +7,15 @@ use anyhow::Context;
 use pdl_episode::agent::{EpisodeLimits, ExternalAgent};
 use pdl_episode::campaign::{
     check_hidden_inputs, check_private_folders, make_private, run_campaign, AgentSpec,
-    CampaignEvent, CampaignSettings, FolderAccess,
+    CampaignSettings, FolderAccess,
 };
 use pdl_episode::{ApiKind, GatewayLimits, UpstreamConfig};
-
-use pdl_report::terminal_safe;
 
 use crate::cli::{ApiChoice, Format, RunCampaignArgs};
 use crate::commands::{report_load_errors, select};
 use crate::exit::{self, ExitError};
-use crate::render::{print_json, progress_bar};
+use crate::progress::CampaignBars;
+use crate::render::print_json;
 use crate::settings::{load_dataset, resolve};
 
 fn seconds(value: f64, flag: &str) -> Result<Duration, ExitError> {
@@ -164,52 +163,16 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
             inodes: args.episode_inodes,
         },
     };
-    let mut bar = None;
+    let mut bars = CampaignBars::new(&args.out);
     let outcome = run_campaign(
         &campaign,
         &ds.tasks,
         &settings.grader,
         settings.runner.clone(),
-        |event| match event {
-            CampaignEvent::Phase {
-                name,
-                total,
-                skipped,
-            } => {
-                if let Some(b) = bar.take() {
-                    indicatif::ProgressBar::finish_and_clear(&b);
-                }
-                if skipped > 0 {
-                    eprintln!(
-                        "{name}: {skipped} already done in {}, {total} to run",
-                        args.out.display()
-                    );
-                }
-                bar = Some(progress_bar(total, name));
-            }
-            CampaignEvent::Done { record, .. } => {
-                if let Some(b) = &bar {
-                    b.inc(1);
-                    b.set_message(format!(
-                        "{} {:.3}",
-                        terminal_safe(&record.instance_id),
-                        record.reward
-                    ));
-                }
-            }
-            // A hidden bar (stderr is no terminal) drops what it prints.
-            CampaignEvent::Warning(message) => match &bar {
-                Some(b) if !b.is_hidden() => {
-                    b.println(format!("warning: {}", terminal_safe(&message)))
-                }
-                _ => eprintln!("warning: {}", terminal_safe(&message)),
-            },
-        },
+        |event| bars.on_event(event),
     )
     .context("the campaign could not run");
-    if let Some(b) = bar.take() {
-        b.finish_and_clear();
-    }
+    bars.finish();
     if crate::interrupt::requested() {
         return Err(crate::interrupt::stopped(&format!(
             "the records of finished episodes are in {}; run the same command again to resume",

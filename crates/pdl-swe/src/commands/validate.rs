@@ -1,6 +1,6 @@
 //! `pdl-swe validate`: every check of the specification's section 7.
 
-use pdl_grader::certify::{plan, validate, CheckFailure, PlanOptions, TaskValidation};
+use pdl_grader::validation::{plan, validate, CheckFailure, PlanOptions, TaskValidation};
 use serde::Serialize;
 
 use pdl_report::terminal_safe;
@@ -24,7 +24,7 @@ pub fn run(args: &ValidateArgs) -> Result<i32, ExitError> {
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     let settings = resolve(&args.run)?;
-    let jobs = plan(
+    let plan = plan(
         &ds.tasks,
         PlanOptions {
             collect: true,
@@ -32,7 +32,7 @@ pub fn run(args: &ValidateArgs) -> Result<i32, ExitError> {
             rungs: true,
         },
     );
-    let measured = measure(&settings, &ds.tasks, &jobs, args.out.as_deref(), "validate")?;
+    let measured = measure(&settings, &ds.tasks, &plan, args.out.as_deref(), "validate")?;
     let results: Vec<TaskValidation> = ds
         .tasks
         .iter()

@@ -1,234 +1,20 @@
-//! Validation and calibration of tasks.
-//!
-//! Both follow plan → execute → report. [`plan`] lists the work for a set of tasks
-//! (collect, gold and do-nothing, possibly repeated, every rung);
-//! [`run_plan`] executes it in parallel, handing every finished job to a callback
-//! as soon as it is known; [`validate`] and [`calibrate`] turn the measurements
-//! into named check failures and calibration rows.
+//! Checks of a task ([`TaskValidation`]): the static ones that need no test
+//! run ([`static_checks`]) and every check of the specification's section 7
+//! over a task's measurements ([`validate`]).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::collections::BTreeSet;
 
 use pdl_task::diff::parse_patch;
 use pdl_task::task::HIDDEN_DIR;
 use pdl_task::{RewardFormula, Task};
 use serde::Serialize;
 
-use crate::execute::execute;
-use crate::grade::{Collection, Grader, Submission};
-use crate::ladder::{LadderFingerprints, REWARD_TOLERANCE};
-use crate::outcome::TestOutcome;
+use super::calibration::NOOP_REWARD;
+use super::plan::TaskMeasurements;
+use crate::ladder::REWARD_TOLERANCE;
 use crate::policy::{PatchPolicy, PathDecision};
 use crate::pytest::test_files;
-use crate::record::{ResultRecord, SubmissionKind, Verdict};
-
-/// The do-nothing floor of the standard formula.
-pub const NOOP_REWARD: f64 = 0.2;
-
-/// One unit of work.
-#[derive(Debug, Clone)]
-pub enum Job {
-    /// Collect every test at base with the hidden tests in place.
-    Collect {
-        /// Index into the task list.
-        task: usize,
-    },
-    /// Grade a submission.
-    Grade {
-        /// Index into the task list.
-        task: usize,
-        /// What to grade.
-        submission: Submission,
-        /// Which repetition (0-based) this is.
-        repeat: usize,
-    },
-}
-
-impl Job {
-    /// The task index.
-    pub fn task(&self) -> usize {
-        match self {
-            Job::Collect { task } | Job::Grade { task, .. } => *task,
-        }
-    }
-
-    /// A short label for progress displays.
-    pub fn label(&self, tasks: &[Task]) -> String {
-        let id = &tasks[self.task()].row.task_id;
-        match self {
-            Job::Collect { .. } => format!("{id} collect"),
-            Job::Grade {
-                submission, repeat, ..
-            } if *repeat > 0 => format!("{id} {} #{}", submission.name, repeat + 1),
-            Job::Grade { submission, .. } => format!("{id} {}", submission.name),
-        }
-    }
-}
-
-/// The result of one job.
-#[derive(Debug, Clone)]
-pub enum JobResult {
-    /// A collection (or why it failed).
-    Collected(Result<Collection, String>),
-    /// A grading.
-    Graded(Box<ResultRecord>),
-}
-
-/// What to plan.
-#[derive(Debug, Clone, Copy)]
-pub struct PlanOptions {
-    /// Collect every test (validation).
-    pub collect: bool,
-    /// How many times gold and do-nothing run (at least 1).
-    pub repeats: usize,
-    /// Grade every rung.
-    pub rungs: bool,
-}
-
-/// The jobs for a set of tasks. Slow tasks first, so the tail of a parallel run
-/// is short.
-pub fn plan(tasks: &[Task], options: PlanOptions) -> Vec<Job> {
-    let mut order: Vec<usize> = (0..tasks.len()).collect();
-    order.sort_by_key(|&i| {
-        std::cmp::Reverse(tasks[i].row.fail_to_pass.len() + tasks[i].row.pass_to_pass.len())
-    });
-    let mut jobs = Vec::new();
-    for i in order {
-        let task = &tasks[i];
-        if options.collect {
-            jobs.push(Job::Collect { task: i });
-        }
-        for repeat in 0..options.repeats.max(1) {
-            jobs.push(Job::Grade {
-                task: i,
-                submission: Submission::gold(task),
-                repeat,
-            });
-            jobs.push(Job::Grade {
-                task: i,
-                submission: Submission::noop(),
-                repeat,
-            });
-        }
-        if options.rungs {
-            for rung in &task.extras.ladder {
-                if let Some(s) = Submission::rung(task, &rung.name) {
-                    jobs.push(Job::Grade {
-                        task: i,
-                        submission: s,
-                        repeat: 0,
-                    });
-                }
-            }
-        }
-    }
-    jobs
-}
-
-/// Everything measured for one task.
-#[derive(Debug, Clone, Default)]
-pub struct TaskMeasurements {
-    /// The collection, when planned.
-    pub collection: Option<Result<Collection, String>>,
-    /// Gold records, by repetition.
-    pub gold: Vec<ResultRecord>,
-    /// Do-nothing records, by repetition.
-    pub noop: Vec<ResultRecord>,
-    /// Rung records, by name.
-    pub rungs: BTreeMap<String, ResultRecord>,
-    /// Wall time spent on the task's jobs, summed.
-    pub busy_s: f64,
-}
-
-/// Progress of a running plan.
-#[derive(Debug)]
-pub struct Progress<'a> {
-    /// Jobs finished.
-    pub done: usize,
-    /// Jobs in all.
-    pub total: usize,
-    /// The job that just finished.
-    pub job: &'a Job,
-    /// Its result.
-    pub result: &'a JobResult,
-}
-
-/// Runs a plan on `parallelism` threads; `on_progress` sees every result as soon
-/// as it is known.
-pub fn run_plan(
-    grader: &Grader,
-    tasks: &[Task],
-    jobs: &[Job],
-    parallelism: usize,
-    mut on_progress: impl FnMut(Progress<'_>),
-) -> Vec<TaskMeasurements> {
-    let mut out = vec![TaskMeasurements::default(); tasks.len()];
-    let mut done = 0;
-    execute(
-        jobs,
-        parallelism,
-        |job| {
-            let started = Instant::now();
-            let result = match job {
-                Job::Collect { task } => JobResult::Collected(grader.collect(&tasks[*task])),
-                Job::Grade {
-                    task, submission, ..
-                } => JobResult::Graded(Box::new(grader.grade(&tasks[*task], submission, None))),
-            };
-            (result, started.elapsed().as_secs_f64())
-        },
-        |i, (result, seconds)| {
-            done += 1;
-            let job = &jobs[i];
-            on_progress(Progress {
-                done,
-                total: jobs.len(),
-                job,
-                result: &result,
-            });
-            let m = &mut out[job.task()];
-            m.busy_s += seconds;
-            match (job, result) {
-                (Job::Collect { .. }, JobResult::Collected(c)) => m.collection = Some(c),
-                (
-                    Job::Grade {
-                        submission, repeat, ..
-                    },
-                    JobResult::Graded(r),
-                ) => match submission.kind {
-                    SubmissionKind::Gold => insert_at(&mut m.gold, *repeat, *r),
-                    SubmissionKind::Noop => insert_at(&mut m.noop, *repeat, *r),
-                    _ => {
-                        m.rungs.insert(submission.name.clone(), *r);
-                    }
-                },
-                _ => {}
-            }
-        },
-    );
-    // Landed rungs are known only once every rung has been measured.
-    for (task, m) in tasks.iter().zip(out.iter_mut()) {
-        let fingerprints = LadderFingerprints::from_records(task, m.rungs.values());
-        for r in m
-            .gold
-            .iter_mut()
-            .chain(m.noop.iter_mut())
-            .chain(m.rungs.values_mut())
-        {
-            if matches!(r.verdict, Verdict::Graded | Verdict::Timeout) {
-                r.landed_rung = fingerprints.landed(task, r);
-            }
-        }
-    }
-    out
-}
-
-fn insert_at(list: &mut Vec<ResultRecord>, index: usize, record: ResultRecord) {
-    while list.len() <= index {
-        list.push(record.clone());
-    }
-    list[index] = record;
-}
+use crate::record::{ResultRecord, Verdict};
 
 /// One failed check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -286,7 +72,7 @@ fn duplicates(list: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn list_names(items: impl IntoIterator<Item = impl AsRef<str>>, max: usize) -> String {
+pub(crate) fn list_names(items: impl IntoIterator<Item = impl AsRef<str>>, max: usize) -> String {
     let all: Vec<String> = items.into_iter().map(|s| s.as_ref().to_string()).collect();
     let mut shown = all.iter().take(max).cloned().collect::<Vec<_>>().join(", ");
     if all.len() > max {
@@ -506,7 +292,7 @@ fn flaky(records: &[ResultRecord]) -> Vec<String> {
     out.into_iter().collect()
 }
 
-fn verdict_note(r: &ResultRecord) -> String {
+pub(crate) fn verdict_note(r: &ResultRecord) -> String {
     match &r.detail {
         Some(d) => format!("verdict {} ({d})", r.verdict.name()),
         None => format!("verdict {}", r.verdict.name()),
@@ -640,111 +426,4 @@ pub fn validate(task: &Task, m: &TaskMeasurements) -> TaskValidation {
         checks: c.checks,
         busy_s: m.busy_s,
     }
-}
-
-/// One rung's calibration.
-#[derive(Debug, Clone, Serialize)]
-pub struct RungCalibration {
-    /// The rung's name.
-    pub name: String,
-    /// Its registered reward.
-    pub expected: f64,
-    /// Its measured reward (`None` when it did not grade).
-    pub got: Option<f64>,
-    /// Landed within tolerance.
-    pub ok: bool,
-}
-
-/// One task's calibration.
-#[derive(Debug, Clone, Serialize)]
-pub struct CalibrationRow {
-    /// The task version.
-    pub instance_id: String,
-    /// The task.
-    pub task_id: String,
-    /// Its tier.
-    pub tier: String,
-    /// Gold's reward (`None` when it did not grade).
-    pub gold: Option<f64>,
-    /// Do-nothing's reward.
-    pub noop: Option<f64>,
-    /// Each rung.
-    pub rungs: Vec<RungCalibration>,
-    /// Grading time spent on the task, in seconds.
-    pub busy_s: f64,
-    /// What deviates (empty: calibrated).
-    pub deviations: Vec<String>,
-}
-
-impl CalibrationRow {
-    /// True when gold is 1.0, do-nothing 0.2 and every rung lands.
-    pub fn ok(&self) -> bool {
-        self.deviations.is_empty()
-    }
-}
-
-fn graded_reward(r: Option<&ResultRecord>) -> Option<f64> {
-    r.filter(|r| r.verdict == Verdict::Graded).map(|r| r.reward)
-}
-
-/// The calibration row of one task: gold, do-nothing and every rung against
-/// their registered rewards, plus the static checks of [`static_checks`].
-pub fn calibrate(task: &Task, m: &TaskMeasurements) -> CalibrationRow {
-    let gold = graded_reward(m.gold.first());
-    let noop = graded_reward(m.noop.first());
-    let mut deviations = Vec::new();
-    let describe =
-        |label: &str, r: Option<&ResultRecord>, want: f64, got: Option<f64>| -> Option<String> {
-            match (r, got) {
-                (None, _) => Some(format!("{label} did not run")),
-                (Some(rec), None) => Some(format!("{label}: {}", verdict_note(rec))),
-                (Some(_), Some(g)) if (g - want).abs() > REWARD_TOLERANCE => {
-                    Some(format!("{label} scores {g} instead of {want}"))
-                }
-                _ => None,
-            }
-        };
-    deviations.extend(describe("gold", m.gold.first(), 1.0, gold));
-    deviations.extend(describe("do-nothing", m.noop.first(), NOOP_REWARD, noop));
-    let mut rungs = Vec::new();
-    for rung in &task.extras.ladder {
-        let rec = m.rungs.get(&rung.name);
-        let got = graded_reward(rec);
-        let problem = describe(&format!("rung {}", rung.name), rec, rung.reward, got);
-        rungs.push(RungCalibration {
-            name: rung.name.clone(),
-            expected: rung.reward,
-            got,
-            ok: problem.is_none(),
-        });
-        deviations.extend(problem);
-    }
-    // The checks that need no test run come along: a task whose counts, lists,
-    // test_patch or ladder are wrong is not calibrated, whatever it scores.
-    deviations.extend(
-        static_checks(task)
-            .into_iter()
-            .map(|f| format!("{}: {}", f.check, f.detail)),
-    );
-    deviations.dedup();
-    CalibrationRow {
-        instance_id: task.row.instance_id.clone(),
-        task_id: task.row.task_id.clone(),
-        tier: task.row.tier.clone(),
-        gold,
-        noop,
-        rungs,
-        busy_s: m.busy_s,
-        deviations,
-    }
-}
-
-/// All records of a measurement, for writing out.
-pub fn records(m: &TaskMeasurements) -> impl Iterator<Item = &ResultRecord> {
-    m.gold.iter().chain(m.noop.iter()).chain(m.rungs.values())
-}
-
-/// True when the record's tests all have an outcome of `passed`.
-pub fn all_passed(record: &ResultRecord) -> bool {
-    record.tests.values().all(|o| *o == TestOutcome::Passed)
 }

@@ -1,12 +1,18 @@
 //! The result record ([`ResultRecord`]): one JSON object per graded submission,
 //! with its [`Verdict`], reward, components, per-test outcomes, policy decision
-//! and provenance.
+//! and provenance. An episode's record carries an [`EpisodeInfo`] as well.
+
+pub mod episode;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::TestOutcome;
+
+pub use episode::{
+    EpisodeInfo, MalformedField, ModelRoute, PriorOutcome, ScratchFsInfo, TokenCount,
+};
 
 /// How a grading ended. Closed: every record has exactly one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -202,8 +208,17 @@ pub struct ResultRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspicious: Vec<SuspiciousLine>,
     /// Episode fields (tokens, end reason, trajectory), for episode records.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "episode::episode_object"
+    )]
+    pub episode: Option<EpisodeInfo>,
+    /// The record's resume key ([`crate::pipeline::JobKey`]), as written by
+    /// this release; readers compute it from the other fields, so records
+    /// written before it existed resume alike.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub episode: Option<serde_json::Value>,
+    pub job_key: Option<String>,
 }
 
 /// Seconds spent in each phase of one grading; a phase that did not run is 0.
