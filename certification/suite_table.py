@@ -27,7 +27,10 @@ def review_verdict(task_dir):
         with open(os.path.join(folder, name)) as f:
             m = re.search(r"Summary:\s*(\d+) implied, (\d+) not implied", f.read())
         if m:
-            return f"{m.group(1)} implied, {m.group(2)} not implied ([review](../tasks/{os.path.basename(task_dir)}/reviews/{name}))"
+            with open(os.path.join(folder, name)) as f:
+                resolved = "## Resolution" in f.read()
+            fixed = ", rewritten" if resolved and m.group(2) != "0" else ""
+            return f"{m.group(1)} implied, {m.group(2)} not implied{fixed} ([review](../tasks/{os.path.basename(task_dir)}/reviews/{name}))"
     return "-"
 
 
