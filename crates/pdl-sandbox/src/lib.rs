@@ -20,12 +20,13 @@ mod supervise;
 
 pub use cgroup::scope as cgroup_scope;
 pub use command::{NetworkPolicy, PassedFd, ResourceLimits, SandboxCommand, PRIVATE_HOME};
-pub use namespaces::{init_main, NamespaceRunner, FIRST_PASSED_FD};
+pub use namespaces::{init_main, installed_copies, NamespaceRunner, FIRST_PASSED_FD};
 pub use outcome::{Enforcement, LimitScope, NetworkScope, RunReport, RunStatus, OUTPUT_TAIL_BYTES};
 pub use runner::{PlainRunner, ProcessRunner, SandboxKind};
 pub use scratch::{ScratchBounds, ScratchFs};
 pub use supervise::TRUNCATION_MARKER;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The sandbox cannot be used on this machine.
@@ -44,8 +45,20 @@ pub struct SandboxUnavailable {
 pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
 
 /// A runner of the given kind, checked to work on this machine. The namespace
-/// runner starts this very program with [`INIT_SUBCOMMAND`] as its helper.
+/// runner starts this very program with [`INIT_SUBCOMMAND`] as its helper, and
+/// hides from every run its executable and each other copy of it installed in
+/// a folder of `PATH`.
 pub fn runner(kind: SandboxKind) -> Result<Arc<dyn ProcessRunner>, SandboxUnavailable> {
+    runner_hiding_copies(kind, &[])
+}
+
+/// [`runner`], whose namespace runner also hides each copy of this program
+/// installed in one of `dirs` (such as the `bin` folders of the interpreter
+/// the runs use: a pip install of the harness puts it there).
+pub fn runner_hiding_copies(
+    kind: SandboxKind,
+    dirs: &[PathBuf],
+) -> Result<Arc<dyn ProcessRunner>, SandboxUnavailable> {
     match kind {
         SandboxKind::None => Ok(Arc::new(PlainRunner)),
         SandboxKind::Namespaces => {
@@ -55,7 +68,12 @@ pub fn runner(kind: SandboxKind) -> Result<Arc<dyn ProcessRunner>, SandboxUnavai
                     "cannot find this program's own executable to start the sandbox helper: {e}"
                 ),
             })?;
-            let runner = NamespaceRunner::new(helper, vec![INIT_SUBCOMMAND.to_string()]);
+            let mut search: Vec<PathBuf> = std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect())
+                .unwrap_or_default();
+            search.extend(dirs.iter().cloned());
+            let runner = NamespaceRunner::new(helper, vec![INIT_SUBCOMMAND.to_string()])
+                .mask_copies(&search);
             runner.probe().map_err(|reason| SandboxUnavailable {
                 kind: kind.name(),
                 reason,

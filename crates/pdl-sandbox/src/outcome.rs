@@ -169,7 +169,8 @@ pub struct Enforcement {
     pub max_output_bytes: u64,
     /// The host user the command ran as, when the runner chose one.
     pub host_uid: Option<u32>,
-    /// Host paths hidden from the run (the harness's own executable).
+    /// Host paths hidden from the run (the harness's own executable and the
+    /// other copies of it installed where a run could see them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub masked: Vec<PathBuf>,
 }

@@ -649,6 +649,55 @@ fn masked_host_files_read_as_empty() {
 }
 
 #[test]
+fn installed_copies_of_the_helper_read_as_empty() {
+    // A pip install of the harness leaves a copy in a folder a run may read
+    // (the interpreter's `bin`), and some installers leave hard links.
+    let s = Scratch::new();
+    let helper = std::fs::canonicalize(env!("CARGO_BIN_EXE_pdl-sandbox-init")).unwrap();
+    let install = s.dir.path().join("venv/bin");
+    let other = s.dir.path().join("cache");
+    std::fs::create_dir_all(&install).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    // Hard links need the same file system as the helper: made beside it.
+    let link_dir = tempfile::tempdir_in(helper.parent().unwrap()).unwrap();
+    let copy = install.join("pdl-sandbox-init");
+    std::fs::copy(&helper, &copy).unwrap();
+    let linked = link_dir.path().join("renamed-link");
+    std::fs::hard_link(&helper, &linked).unwrap();
+    std::fs::write(other.join("pdl-sandbox-init.txt"), "not a copy").unwrap();
+    let dirs = [
+        install.clone(),
+        other.clone(),
+        link_dir.path().to_path_buf(),
+    ];
+    let mut found = pdl_sandbox::installed_copies(&helper, &dirs);
+    found.sort();
+    let mut expected = vec![
+        std::fs::canonicalize(&copy).unwrap(),
+        std::fs::canonicalize(&linked).unwrap(),
+    ];
+    expected.sort();
+    assert_eq!(found, expected);
+    let cmd = s
+        .sh(&format!(
+            "wc -c < {}; wc -c < {}; wc -c < {}/pdl-sandbox-init.txt",
+            copy.display(),
+            linked.display(),
+            other.display()
+        ))
+        .readable(install)
+        .readable(other)
+        .readable(link_dir.path().to_path_buf());
+    let r = runner().mask_copies(&dirs).run(&cmd);
+    assert_eq!(r.status, RunStatus::Exited { code: 0 }, "{}", output(&r));
+    let sizes: Vec<String> = output(&r).split_whitespace().map(String::from).collect();
+    assert_eq!(sizes, ["0", "0", "10"], "{}", output(&r));
+    for path in &expected {
+        assert!(r.enforced.masked.contains(path), "{:?}", r.enforced.masked);
+    }
+}
+
+#[test]
 fn the_output_file_is_never_written_through_a_link() {
     let s = Scratch::new();
     let victim = s.dir.path().join("victim.txt");

@@ -1,7 +1,7 @@
 //! Settings resolved once from the command line and the environment, before any
 //! work starts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +51,13 @@ pub fn default_cache_dir() -> PathBuf {
 
 /// Resolves run settings: interpreter, environments, sandbox, limits.
 pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
+    resolve_exposing(args, &[])
+}
+
+/// [`resolve`] for runs that also see the host folders `exposed` (a
+/// campaign's agent paths): copies of the harness installed in them, or in
+/// their `bin` folders, are hidden from every run too.
+pub fn resolve_exposing(args: &RunArgs, exposed: &[PathBuf]) -> Result<RunSettings, ExitError> {
     let parallelism = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -62,8 +69,17 @@ pub fn resolve(args: &RunArgs) -> Result<RunSettings, ExitError> {
         SandboxChoice::Namespaces => SandboxKind::Namespaces,
         SandboxChoice::None => SandboxKind::None,
     };
+    // Every run reads the interpreter's folders: a pip install of the harness
+    // into that interpreter (or its environment) put a copy there.
+    let interpreter = envs.interpreter();
+    let mut install_dirs = vec![interpreter.base_prefix.join("bin")];
+    install_dirs.extend(interpreter.executable.parent().map(Path::to_path_buf));
+    for dir in exposed {
+        install_dirs.push(dir.clone());
+        install_dirs.push(dir.join("bin"));
+    }
     let runner: Arc<dyn ProcessRunner> =
-        pdl_sandbox::runner(kind).map_err(ExitError::environment)?;
+        pdl_sandbox::runner_hiding_copies(kind, &install_dirs).map_err(ExitError::environment)?;
     // A folder the user names is theirs: created if missing, never removed.
     // Otherwise the harness makes one of its own with a name no one can guess.
     let (work_root, own) = match &args.work_dir {

@@ -109,8 +109,19 @@ impl NamespaceRunner {
 
     /// Also hides this host file (the file a link leads to) from every run.
     pub fn mask(mut self, path: PathBuf) -> Self {
-        self.mask.push(std::fs::canonicalize(&path).unwrap_or(path));
+        let path = std::fs::canonicalize(&path).unwrap_or(path);
+        if !self.mask.contains(&path) {
+            self.mask.push(path);
+        }
         self
+    }
+
+    /// Also hides from every run each other copy of the helper's executable
+    /// in `dirs` (see [`installed_copies`]).
+    pub fn mask_copies(self, dirs: &[PathBuf]) -> Self {
+        installed_copies(&self.helper, dirs)
+            .into_iter()
+            .fold(self, NamespaceRunner::mask)
     }
 
     /// Checks that namespaces can be created here by running `true` inside one.
@@ -133,6 +144,43 @@ impl NamespaceRunner {
             )),
         }
     }
+}
+
+/// The other copies of the executable `exe` found in `dirs` (each folder
+/// itself, not below it), by their real paths: every regular file named like
+/// `exe`, and every other hard link to it. An install puts the harness in such
+/// a folder (a Python environment's `bin`, `/usr/local/bin`, `~/.cargo/bin`),
+/// and a sandbox may see that folder (a system folder every run binds, or the
+/// interpreter's) while the harness runs from another copy, which embeds the
+/// same data.
+pub fn installed_copies(exe: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(real) = std::fs::canonicalize(exe) else {
+        return Vec::new();
+    };
+    let (Some(name), Ok(meta)) = (real.file_name(), std::fs::metadata(&real)) else {
+        return Vec::new();
+    };
+    let same_file = |m: &std::fs::Metadata| m.dev() == meta.dev() && m.ino() == meta.ino();
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut keep = |path: PathBuf| {
+        if let Ok(path) = std::fs::canonicalize(path) {
+            if path != real && path.is_file() && !found.contains(&path) {
+                found.push(path);
+            }
+        }
+    };
+    for dir in dirs {
+        keep(dir.join(name));
+        if meta.nlink() > 1 {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.metadata().is_ok_and(|m| m.is_file() && same_file(&m)) {
+                    keep(entry.path());
+                }
+            }
+        }
+    }
+    found
 }
 
 /// Hands `path` (recursively) to `uid`/`gid`. Symlinks are changed, not followed.

@@ -16,7 +16,7 @@ use crate::commands::{report_load_errors, select};
 use crate::exit::{self, ExitError};
 use crate::progress::CampaignBars;
 use crate::render::print_json;
-use crate::settings::{load_dataset, resolve};
+use crate::settings::{load_dataset, resolve_exposing};
 
 fn seconds(value: f64, flag: &str) -> Result<Duration, ExitError> {
     match Duration::try_from_secs_f64(value) {
@@ -134,7 +134,7 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
     let mut ds = load_dataset(&args.dataset)?;
     select(&mut ds, &args.tasks)?;
     report_load_errors(&ds.errors);
-    let settings = resolve(&args.run)?;
+    let settings = resolve_exposing(&args.run, &args.agent_paths)?;
     let private = check_private_folders(
         &args.out,
         Some(settings.grader.work_root()),
