@@ -678,11 +678,12 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
         serde_json::json!({"instance_id": "pdl_open_nowhere_999-v1", "model_name_or_path": "idle", "model_patch": ""}),
     ];
     // The T5 task's current version, whatever it is.
-    let t5_instance = std::fs::read_to_string(repo_root().join("tasks").join(T5).join("manifest.yaml"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("instance_id: ").map(str::to_string))
-        .unwrap();
+    let t5_instance =
+        std::fs::read_to_string(repo_root().join("tasks").join(T5).join("manifest.yaml"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("instance_id: ").map(str::to_string))
+            .unwrap();
     for m in ["frontier-a", "frontier-b", "frontier-c"] {
         predictions.push(serde_json::json!({"instance_id": t5_instance, "model_name_or_path": m, "model_patch": gold(T5)}));
     }
