@@ -50,7 +50,7 @@ use std::time::{Duration, SystemTime};
 
 use pdl_grader::pipeline::{
     done_keys, EpisodeJob, EpisodeRunner, EpisodeSession, Event, Job, Phase, Pipeline,
-    PipelineError, Plan, Resume,
+    PipelineError, Plan, Resume, Shard, ShardManifest,
 };
 use pdl_grader::record::{
     EpisodeInfo, ModelRoute, PriorOutcome, RecordLog, ScratchFsInfo, TokenCount,
@@ -160,6 +160,9 @@ pub struct CampaignSettings {
     /// Bounds on each episode's own file system (its workspace, unless kept,
     /// and the agent's scratch).
     pub scratch: pdl_sandbox::ScratchBounds,
+    /// Run only this slice of the campaign (`--shard I/N`); its manifest is
+    /// `RUN_DIR/shard.json`.
+    pub shard: Option<Shard>,
 }
 
 /// Why a campaign could not run at all.
@@ -524,7 +527,16 @@ pub fn run_campaign(
     }
     write_campaign_json(&dir, settings, tasks, grader)?;
 
-    let plan = plan_campaign(settings, tasks, &records);
+    let mut plan = plan_campaign(settings, tasks, &records);
+    if let Some(shard) = settings.shard {
+        // The whole campaign, as one machine would plan it, names every
+        // shard's records in order; this shard runs its slice.
+        let whole = plan_campaign(settings, tasks, &[]);
+        ShardManifest::new("run", shard, &whole, tasks)
+            .write_or_check(&ShardManifest::path_for_run_dir(run_dir))
+            .map_err(|e| dir_err(e.to_string()))?;
+        plan = plan.shard(tasks, shard);
+    }
     let episodes = CampaignEpisodes {
         dir: &dir,
         settings,

@@ -91,6 +91,13 @@ pub enum Command {
     Certify(CertifyArgs),
     /// Check this machine: Python, installer, git, sandbox and its start cost.
     Doctor(DoctorArgs),
+    /// Combine shard outputs (`grade --shard` results files, or `run --shard`
+    /// run folders) into one results file or run folder, in plan order.
+    Merge(MergeArgs),
+    /// Run `grade` or `run` as a Slurm job array of shards with a dependent
+    /// merge job, or show a submission's progress.
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
     /// Internal: the sandbox's first process (its spec arrives on descriptor 4).
     #[command(name = "__sandbox-init", hide = true)]
     SandboxInit,
@@ -168,6 +175,10 @@ pub struct GradeArgs {
     /// predictions already graded in it are skipped.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+    /// Grade only slice I of N of the work (I from 1 to N), the same slice on
+    /// every machine; `pdl-swe merge` combines the slices' outputs.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<pdl_grader::pipeline::Shard>,
     #[command(flatten)]
     pub dataset: DatasetArgs,
     #[command(flatten)]
@@ -259,6 +270,10 @@ pub struct RunCampaignArgs {
     /// The run folder: results.jsonl, trajectories, patches. An existing folder is resumed.
     #[arg(long, value_name = "RUN_DIR")]
     pub out: PathBuf,
+    /// Run only slice I of N of the campaign (I from 1 to N), the same slice
+    /// on every machine; `pdl-swe merge` combines the slices' run folders.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<pdl_grader::pipeline::Shard>,
     /// A task to run (task ID or instance ID; repeatable; default: all).
     #[arg(long = "task", value_name = "ID")]
     pub tasks: Vec<String>,
@@ -343,4 +358,80 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = 0, value_name = "MS")]
         latency_ms: u64,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The merged output: a new results file (for `grade` shards) or a run
+    /// folder without results.jsonl and campaign.json (for `run` shards).
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+    /// Every shard's output: its results file (`grade --shard I/N --out`) or
+    /// its run folder (`run --shard I/N --out`), one per shard, any order.
+    #[arg(value_name = "SHARD_OUT", required = true)]
+    pub shards: Vec<PathBuf>,
+    /// Output format of the summary.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// How the shards are submitted to Slurm.
+#[derive(Debug, Clone, Args)]
+pub struct SlurmOptions {
+    /// Shards: array tasks 1 to N, each running `--shard $SLURM_ARRAY_TASK_ID/N`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub shards: u64,
+    /// The Slurm partition (sbatch --partition).
+    #[arg(long, value_name = "P")]
+    pub partition: Option<String>,
+    /// The time limit of each array task and of the merge (sbatch --time).
+    #[arg(long, value_name = "T")]
+    pub time: Option<String>,
+    /// CPUs per array task (sbatch --cpus-per-task); without -j each shard
+    /// grades with that many in parallel.
+    #[arg(long, default_value_t = 1, value_name = "C", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub cpus_per_task: u64,
+    /// Another sbatch option for the array, such as `--mem=8G` (repeatable).
+    #[arg(long = "sbatch-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
+    /// Print the scripts instead of submitting them.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// `pdl-swe grade` as a job array: --out is a folder that gets
+    /// shards/<I>.jsonl, slurm/ (scripts, logs, submitted.json) and the merged
+    /// results.jsonl.
+    Grade(Box<SlurmGradeArgs>),
+    /// `pdl-swe run` as a job array: --out is a folder that gets shards/<I>/
+    /// (each shard's run folder), slurm/ and, merged, the campaign's run folder.
+    Run(Box<SlurmRunArgs>),
+    /// Each shard's progress (from sacct, or scontrol, and its output) and
+    /// the merge job's.
+    Status {
+        /// The --out folder of `pdl-swe slurm grade` or `slurm run`.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmGradeArgs {
+    #[command(flatten)]
+    pub slurm: SlurmOptions,
+    #[command(flatten)]
+    pub grade: GradeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmRunArgs {
+    #[command(flatten)]
+    pub slurm: SlurmOptions,
+    #[command(flatten)]
+    pub run: RunCampaignArgs,
 }

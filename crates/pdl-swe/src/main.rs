@@ -40,6 +40,8 @@ fn main() {
         cli::Command::Grade(args) => commands::grade::run(args),
         cli::Command::Certify(args) => commands::certify::run(args),
         cli::Command::Doctor(args) => commands::doctor::run(args),
+        cli::Command::Merge(args) => commands::merge::run(args),
+        cli::Command::Slurm(cmd) => commands::slurm::run(cmd),
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Report(args) => commands::report::run(args),
         cli::Command::Model(cmd) => commands::model::run(cmd),

@@ -15,12 +15,17 @@
 //! fingerprints, so every record's `landed_rung` is known when it is written. A
 //! rung's own record is written once its task's whole ladder is measured.
 //!
+//! A plan can be cut into deterministic slices ([`Plan::shard`], see
+//! [`shard`]) that separate machines run; `pdl-swe merge` puts their records
+//! back together in plan order.
+//!
 //! Agent episodes need the gateway and agents of `pdl-episode`: the pipeline
 //! runs them through the [`EpisodeRunner`] a campaign provides.
 
 pub mod event;
 pub mod job;
 pub mod key;
+pub mod shard;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -31,6 +36,7 @@ use pdl_task::Task;
 pub use event::{Event, JobResult, Phase, PhaseTotals, RunStats};
 pub use job::{EpisodeJob, InvalidJob, Job, JobKind};
 pub use key::{done_keys, JobKey, Resume};
+pub use shard::{Shard, ShardManifest};
 
 use crate::execute::{execute_reporting, Report};
 use crate::grade::{Grader, Submission, HARNESS_VERSION};

@@ -414,3 +414,113 @@ fn episodes_need_a_runner() {
     let result = pipeline.run(&plan, &mut MemorySink::default(), &mut |_| {});
     assert!(matches!(result, Err(PipelineError::Episodes(_))));
 }
+
+/// A campaign-shaped plan: every task's ladder (recorded), its gold and
+/// do-nothing, then three episodes per task.
+fn campaign_plan(tasks: &[Task]) -> Plan {
+    let order: Vec<usize> = (0..tasks.len()).collect();
+    let mut plan = Plan::default();
+    plan.add_ladders(tasks, &order, true, &HashSet::new());
+    let calibration = plan.phase_mut(Phase::Calibration, true);
+    for t in 0..tasks.len() {
+        calibration
+            .jobs
+            .push(Job::grade(tasks, t, Submission::gold(&tasks[t]), 0));
+        calibration
+            .jobs
+            .push(Job::grade(tasks, t, Submission::noop(), 0));
+    }
+    let episodes = plan.phase_mut(Phase::Episodes, true);
+    for t in 0..tasks.len() {
+        for sample in 0..3 {
+            episodes.jobs.push(Job::episode(
+                t,
+                EpisodeJob {
+                    agent: 0,
+                    agent_label: "builtin".into(),
+                    model: "m".into(),
+                    sample,
+                    episode_key: format!("{t}-{sample}"),
+                    previous: Vec::new(),
+                },
+            ));
+        }
+    }
+    plan
+}
+
+fn laddered(id: &str) -> Task {
+    let mut t = task(id);
+    t.extras.ladder = vec![pdl_task::LadderRung {
+        name: "half.diff".into(),
+        reward: 0.5,
+        note: String::new(),
+        diff: "diff --git a/src/a.py b/src/a.py\n".into(),
+    }];
+    t.row.graded_ladder_rungs = vec!["half.diff".into()];
+    t
+}
+
+#[test]
+fn shards_are_disjoint_cover_the_plan_and_measure_the_ladders_they_need() {
+    let tasks: Vec<Task> = (0..7).map(|i| laddered(&format!("t{i}"))).collect();
+    let whole = campaign_plan(&tasks);
+    let all = whole.recorded_keys();
+    for count in [1, 2, 3, 5] {
+        let mut seen: Vec<JobKey> = Vec::new();
+        for shard in shard::Shard::all(count) {
+            let slice = whole.clone().shard(&tasks, shard);
+            let manifest = ShardManifest::new("run", shard, &whole, &tasks);
+            let mine = slice.recorded_keys();
+            assert_eq!(
+                mine.iter()
+                    .map(|k| k.as_str().to_string())
+                    .collect::<Vec<_>>(),
+                manifest.assigned,
+                "the manifest names exactly the slice's records, in plan order"
+            );
+            // A task's ladder, gold and do-nothing stay together.
+            for phase in slice.phases.iter().filter(|p| p.recorded) {
+                for job in &phase.jobs {
+                    if phase.phase != Phase::Episodes {
+                        let t = job.task.unwrap();
+                        assert!(shard.owns(&format!("task:{}", tasks[t].row.task_id)));
+                    }
+                }
+            }
+            // Every graded job's ladder is measured here, recorded or not.
+            let measured: HashSet<usize> = slice
+                .phases
+                .iter()
+                .filter(|p| p.phase == Phase::Ladder)
+                .flat_map(|p| p.jobs.iter().filter_map(|j| j.task))
+                .collect();
+            for job in slice
+                .phases
+                .iter()
+                .filter(|p| p.phase != Phase::Ladder)
+                .flat_map(|p| &p.jobs)
+            {
+                assert!(measured.contains(&job.task.unwrap()), "{job:?}");
+            }
+            // Only the first phase may be a ladder measured for fingerprints.
+            for (i, p) in slice.phases.iter().enumerate() {
+                assert!(p.recorded || (i == 0 && p.phase == Phase::Ladder));
+            }
+            seen.extend(mine);
+        }
+        let mut sorted = seen.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), seen.len(), "disjoint over {count} shards");
+        let mut whole_sorted = all.clone();
+        whole_sorted.sort();
+        assert_eq!(sorted, whole_sorted, "covering over {count} shards");
+    }
+    // The same slice on every call (no clock, order or machine in it).
+    let a = whole
+        .clone()
+        .shard(&tasks, shard::Shard::new(2, 3).unwrap());
+    let b = campaign_plan(&tasks).shard(&tasks, shard::Shard::new(2, 3).unwrap());
+    assert_eq!(a.recorded_keys(), b.recorded_keys());
+}

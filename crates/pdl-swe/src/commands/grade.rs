@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use pdl_grader::pipeline::{done_keys, Pipeline, PipelineError, Resume};
+use pdl_grader::pipeline::{done_keys, Pipeline, PipelineError, Resume, ShardManifest};
 use pdl_grader::predictions::{parse_predictions, plan_predictions};
 use pdl_grader::record::RecordLog;
 use pdl_grader::{ResultRecord, Verdict};
@@ -40,13 +40,31 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
     let mut out = RecordLog::open(&args.out).map_err(anyhow::Error::from)?;
     let mut records: Vec<ResultRecord> = out.existing().to_vec();
     let done = done_keys(&records, Resume::Every);
-    let plan = plan_predictions(
+    let mut plan = plan_predictions(
         &settings.grader,
         &ds.tasks,
         &entries,
         &done,
         &settings.cache_dir,
     );
+    let mut entries_total = entries.len();
+    if let Some(shard) = args.shard {
+        // The whole plan, as one machine would run it, names every shard's
+        // records in order; this shard runs its slice.
+        let whole = plan_predictions(
+            &settings.grader,
+            &ds.tasks,
+            &entries,
+            &Default::default(),
+            &settings.cache_dir,
+        );
+        let manifest = ShardManifest::new("grade", shard, &whole, &ds.tasks);
+        manifest
+            .write_or_check(&ShardManifest::path_for_results(&args.out))
+            .map_err(ExitError::usage)?;
+        entries_total = manifest.assigned.len();
+        plan = plan.shard(&ds.tasks, shard);
+    }
     let skipped = plan.skipped();
     let pipeline = Pipeline {
         grader: &settings.grader,
@@ -54,7 +72,7 @@ pub fn run(args: &GradeArgs) -> Result<i32, ExitError> {
         parallelism: settings.parallelism,
         episodes: None,
     };
-    let mut bar = GradeBar::new(entries.len());
+    let mut bar = GradeBar::new(entries_total);
     let outcome = pipeline.run(&plan, &mut out, &mut |e| bar.on_event(e));
     bar.finish();
     if crate::interrupt::requested() {

@@ -5,9 +5,11 @@ pub mod calibrate;
 pub mod certify;
 pub mod doctor;
 pub mod grade;
+pub mod merge;
 pub mod model;
 pub mod report;
 pub mod run;
+pub mod slurm;
 pub mod tasks;
 pub mod validate;
 

@@ -162,6 +162,7 @@ pub fn run(args: &RunCampaignArgs) -> Result<i32, ExitError> {
             bytes: args.episode_disk_mib << 20,
             inodes: args.episode_inodes,
         },
+        shard: args.shard,
     };
     let mut bars = CampaignBars::new(&args.out);
     let outcome = run_campaign(
