@@ -8,6 +8,7 @@ pub mod grade;
 pub mod model;
 pub mod report;
 pub mod run;
+pub mod service;
 pub mod tasks;
 pub mod validate;
 
