@@ -866,14 +866,16 @@ impl Db {
     }
 
     /// Gives job `id` back to the queue (a worker stopping before it
-    /// finished).
-    pub async fn release(&self, id: &str, owner: &str) -> Result<(), DbError> {
+    /// finished); `uncount` takes back the claim's attempt (the service was
+    /// asked to stop: not the job's doing).
+    pub async fn release(&self, id: &str, owner: &str, uncount: bool) -> Result<(), DbError> {
         sqlx::query(
-            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = 0
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = 0, attempts = attempts - $3
              WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
         )
         .bind(id)
         .bind(owner)
+        .bind(i64::from(uncount))
         .execute(&self.pool)
         .await
         .ctx("release job")?;
@@ -987,5 +989,82 @@ impl Db {
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_job_is_claimed_by_one_worker_and_recorded_once() {
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+            let db = Db::open(&url).await.unwrap();
+            // Opening again applies nothing twice.
+            let again = Db::open(&url).await.unwrap();
+            assert_eq!(again.applied_migrations().await.unwrap(), vec![1]);
+            let id = db
+                .create_key("k", Role::Submitter, "hash", Quotas::default())
+                .await
+                .unwrap();
+            let key = db.key_by_hash("hash").await.unwrap().unwrap();
+            assert_eq!(key.id, id);
+            db.create_dataset("d1", "d", "datasets/d1.jsonl", 1, false, &id, 10, &[])
+                .await
+                .unwrap();
+            let run = db
+                .create_run(&key, "d1", 5, &["{}".to_string()])
+                .await
+                .unwrap();
+
+            let first = db.claim("a", 60_000).await.unwrap().expect("a claims");
+            assert_eq!(first.attempts, 1);
+            assert!(db.claim("b", 60_000).await.unwrap().is_none(), "held by a");
+            assert!(db.renew(&first.id, "a", 60_000).await.unwrap());
+            assert!(!db.renew(&first.id, "b", 60_000).await.unwrap());
+
+            // A stop gives it back uncounted.
+            db.release(&first.id, "a", true).await.unwrap();
+            let second = db.claim("b", 0).await.unwrap().expect("b claims");
+            assert_eq!(second.attempts, 1);
+            // b's lease (0 ms) runs out: c takes the job over.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let third = db.claim("c", 60_000).await.unwrap().expect("c claims");
+            assert_eq!(third.attempts, 2);
+            // b lost its lease: it stores nothing; c stores once.
+            assert!(!db
+                .complete(&second, "b", "i", "m", 0.2, "graded", "{\"b\":1}")
+                .await
+                .unwrap());
+            assert!(db
+                .complete(&third, "c", "i", "m", 0.2, "graded", "{\"c\":1}")
+                .await
+                .unwrap());
+            assert!(!db
+                .complete(&third, "c", "i", "m", 0.2, "graded", "{\"c\":2}")
+                .await
+                .unwrap());
+            assert!(db.claim("d", 60_000).await.unwrap().is_none(), "done");
+            let results = db.results(&run).await.unwrap();
+            assert_eq!(results.len(), 1);
+            assert_eq!(results[0].record, "{\"c\":1}");
+            let row = db.run_for(&key, &run).await.unwrap().unwrap();
+            assert_eq!((row.total, row.done, row.running), (1, 1, 0));
+            assert!(row.finished_at.is_some());
+            assert_eq!(row.mean_reward, Some(0.2));
+            assert_eq!(db.leaderboard("d1").await.unwrap()[0].records, 1);
+            db.delete_run(&run).await.unwrap();
+            assert!(db.result_keys().await.unwrap().is_empty());
+            assert!(db.run_for(&key, &run).await.unwrap().is_none());
+        });
     }
 }

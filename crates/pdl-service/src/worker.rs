@@ -100,6 +100,11 @@ impl From<StoredEntry> for PredictionEntry {
     }
 }
 
+/// Claims after which a job is no longer graded: its grading stopped the
+/// service (or its worker) this many times, so it gets a `harness_error`
+/// record instead of stopping it again.
+pub const MAX_ATTEMPTS: i64 = 3;
+
 /// What a worker needs.
 pub struct WorkerContext<'a> {
     /// The database.
@@ -195,14 +200,14 @@ fn grade_job(ctx: &WorkerContext<'_>, owner: &str, job: &ClaimedJob) {
     match outcome {
         Ok(true) => {}
         Ok(false) => {
-            let _ = ctx.handle.block_on(ctx.db.release(&job.id, owner));
+            let _ = ctx.handle.block_on(ctx.db.release(&job.id, owner, true));
         }
         Err(message) => {
             (ctx.log)(LogEvent::Worker(format!(
                 "{owner}: run {} prediction {}: {message}",
                 job.run_id, job.seq
             )));
-            let _ = ctx.handle.block_on(ctx.db.release(&job.id, owner));
+            let _ = ctx.handle.block_on(ctx.db.release(&job.id, owner, false));
             std::thread::sleep(Duration::from_secs(1));
         }
     }
@@ -218,6 +223,17 @@ fn grade_claimed(ctx: &WorkerContext<'_>, owner: &str, job: &ClaimedJob) -> Resu
         .map_err(|e| e.to_string())?
         .ok_or("its dataset is gone")?;
     let tasks = ctx.tasks.get(ctx.data_dir, &dataset.id, &dataset.file)?;
+    let mut sink = DbSink {
+        ctx,
+        job,
+        owner,
+        stored: false,
+    };
+    if job.attempts > MAX_ATTEMPTS {
+        let record = abandoned_record(&entry, job.attempts - 1);
+        sink.append(&record).map_err(|e| e.to_string())?;
+        return Ok(sink.stored);
+    }
     let entries = [PredictionEntry::from(entry)];
     let plan = plan_predictions(ctx.grader, &tasks, &entries, &HashSet::new(), ctx.cache_dir);
     let pipeline = Pipeline {
@@ -226,14 +242,53 @@ fn grade_claimed(ctx: &WorkerContext<'_>, owner: &str, job: &ClaimedJob) -> Resu
         parallelism: 1,
         episodes: None,
     };
-    let mut sink = DbSink {
-        ctx,
-        job,
-        owner,
-        stored: false,
-    };
     pipeline
         .run(&plan, &mut sink, &mut |_| {})
         .map_err(|e| e.to_string())?;
     Ok(sink.stored)
+}
+
+/// The record of a job whose gradings never finished.
+fn abandoned_record(entry: &StoredEntry, attempts: i64) -> ResultRecord {
+    let (instance_id, model) = match entry {
+        StoredEntry::Valid {
+            instance_id,
+            model_name_or_path,
+            ..
+        } => (instance_id.clone(), Some(model_name_or_path.clone())),
+        StoredEntry::Invalid {
+            instance_id,
+            model_name_or_path,
+            ..
+        } => (
+            instance_id.clone().unwrap_or_default(),
+            model_name_or_path.clone(),
+        ),
+    };
+    ResultRecord {
+        instance_id,
+        name: model.clone().unwrap_or_else(|| "unknown".into()),
+        model_name_or_path: model,
+        kind: pdl_grader::SubmissionKind::Prediction,
+        reward: 0.0,
+        components: Default::default(),
+        verdict: pdl_grader::Verdict::HarnessError,
+        detail: Some(format!(
+            "the service stopped during each of {attempts} gradings of this prediction; it is not graded again"
+        )),
+        tests: Default::default(),
+        policy: Default::default(),
+        landed_rung: None,
+        compile_errors: Vec::new(),
+        collection_errors: Vec::new(),
+        duration_s: 0.0,
+        phases_s: Default::default(),
+        provenance: pdl_grader::record::Provenance {
+            harness_version: pdl_grader::HARNESS_VERSION.into(),
+            ..Default::default()
+        },
+        suspicious: Vec::new(),
+        episode: None,
+        job_key: None,
+    }
 }
