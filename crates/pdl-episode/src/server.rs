@@ -3,7 +3,7 @@
 //! HTTP/1.1 connections with a bound on how long a client may take to send a
 //! request's headers (an idle keep-alive connection included) and on how many
 //! connections each listener serves at once, and a graceful stop. Its public
-//! items are [`StartError`] and [`ServerLimits`].
+//! items are [`StartError`], [`ServerLimits`] and [`serve_tcp`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -202,6 +202,18 @@ impl Drop for HttpServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Serves `router` on `listener` (already bound, on the calling runtime) until
+/// `stop` turns true, with the same bounds as the gateway's listeners: the
+/// evaluation service runs its API this way.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    stop: watch::Receiver<bool>,
+    limits: ServerLimits,
+) {
+    serve(listener, router, stop, limits).await
 }
 
 /// Accepts connections until a stop is asked for, at most

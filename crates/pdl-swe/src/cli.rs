@@ -98,6 +98,17 @@ pub enum Command {
     /// merge job, or show a submission's progress.
     #[command(subcommand)]
     Slurm(SlurmCommand),
+    /// The evaluation service: an HTTP API, a web page and graders over a
+    /// durable queue (`serve keys create` makes API keys).
+    Serve(ServeArgs),
+    /// Datasets on an evaluation service.
+    #[command(subcommand)]
+    Datasets(DatasetsCommand),
+    /// Submit predictions to an evaluation service.
+    Submit(SubmitArgs),
+    /// Runs on an evaluation service.
+    #[command(subcommand)]
+    Runs(RunsCommand),
     /// Internal: the sandbox's first process (its spec arrives on descriptor 4).
     #[command(name = "__sandbox-init", hide = true)]
     SandboxInit,
@@ -434,4 +445,184 @@ pub struct SlurmRunArgs {
     pub slurm: SlurmOptions,
     #[command(flatten)]
     pub run: RunCampaignArgs,
+}
+
+/// `pdl-swe serve`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ServeArgs {
+    #[command(subcommand)]
+    pub command: Option<ServeCommand>,
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Largest dataset upload, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 512 << 20)]
+    pub max_dataset_bytes: usize,
+    /// Largest predictions file, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub max_predictions_bytes: usize,
+    /// Longest a request may take, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub request_timeout: u64,
+    /// How long a worker's claim on a job holds without renewal, in seconds
+    /// (a killed service's jobs are taken again after this long).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, hide = true)]
+    pub lease_seconds: u64,
+}
+
+/// Where the service keeps its state.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// The data folder: datasets, and the SQLite database unless --database.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A database URL instead of SQLite in the data folder (postgres://…).
+    #[arg(long, value_name = "URL", env = "PDL_SWE_DATABASE")]
+    pub database: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServeCommand {
+    /// API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key and print it (shown once; only its hash is stored).
+    Create(KeyCreateArgs),
+}
+
+/// A key's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleChoice {
+    /// Uploads datasets, sees every run.
+    Admin,
+    /// Submits predictions.
+    Submitter,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyCreateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The key's name (datasets are granted to names).
+    #[arg(long, value_name = "NAME")]
+    pub name: String,
+    /// Its role.
+    #[arg(long, value_enum)]
+    pub role: RoleChoice,
+    /// Runs it may start in any 24 hours.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub runs_per_day: i64,
+    /// Predictions in one run.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub predictions_per_run: i64,
+    /// Bytes it may upload in any 24 hours.
+    #[arg(long, value_name = "BYTES", default_value_t = 2 << 30)]
+    pub upload_bytes_per_day: i64,
+    /// Requests it may make in any minute.
+    #[arg(long, value_name = "N", default_value_t = 600)]
+    pub requests_per_minute: i64,
+}
+
+/// The service a client command talks to.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// The service's URL (the key comes from PDL_SWE_API_KEY).
+    #[arg(long, value_name = "URL", env = "PDL_SWE_SERVER")]
+    pub server: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetsCommand {
+    /// Upload a dataset (an admin key): .jsonl, .parquet or a .tar of task trees.
+    Upload {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The dataset's name on the service.
+        #[arg(long, value_name = "NAME")]
+        name: String,
+        /// The dataset file.
+        path: PathBuf,
+        /// A key name that may use it (repeatable; none: every submitter).
+        #[arg(long = "grant", value_name = "KEY_NAME")]
+        grants: Vec<String>,
+        /// Show rung names and landed rungs to submitters.
+        #[arg(long)]
+        public_ladders: bool,
+    },
+    /// The datasets this key may use.
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// The dataset to grade against.
+    #[arg(long, value_name = "NAME")]
+    pub dataset: String,
+    /// Predictions: JSONL or a JSON list of {instance_id, model_name_or_path, model_patch}.
+    pub file: PathBuf,
+    /// Follow the run's progress until it is finished.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: write the result records (the submitter's view) here, one per line.
+    #[arg(long, value_name = "FILE", requires = "wait")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// This key's runs.
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// One run's progress.
+    Show {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The run.
+        id: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// One run's result records (the submitter's view).
+    Report {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The run.
+        id: String,
+        /// Write the records here, one per line (default: a table).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Delete a run and its records.
+    Delete {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The run.
+        id: String,
+    },
 }

@@ -26,6 +26,7 @@ fn main() {
             | cli::Command::Calibrate(_)
             | cli::Command::Grade(_)
             | cli::Command::Run(_)
+            | cli::Command::Serve(_)
     );
     if runs_sandboxes {
         if let Err(e) = interrupt::install() {
@@ -45,6 +46,10 @@ fn main() {
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Report(args) => commands::report::run(args),
         cli::Command::Model(cmd) => commands::model::run(cmd),
+        cli::Command::Serve(args) => commands::service::serve(args),
+        cli::Command::Datasets(cmd) => commands::service::datasets(cmd),
+        cli::Command::Submit(args) => commands::service::submit(args),
+        cli::Command::Runs(cmd) => commands::service::runs(cmd),
         cli::Command::SandboxInit => Ok(exit::USAGE),
     };
     let code = match result {

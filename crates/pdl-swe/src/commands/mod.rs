@@ -9,6 +9,7 @@ pub mod merge;
 pub mod model;
 pub mod report;
 pub mod run;
+pub mod service;
 pub mod slurm;
 pub mod tasks;
 pub mod validate;

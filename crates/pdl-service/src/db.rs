@@ -1,0 +1,1070 @@
+//! The service's database ([`Db`]): API keys, datasets, runs, the durable job
+//! queue and the result records, in SQLite (a file in the data folder, the
+//! default) or PostgreSQL, with one schema and one set of queries for both
+//! (sqlx's `Any` driver; placeholders are `$1`, `$2`, … on both).
+//!
+//! Migrations ([`MIGRATIONS`]) are applied on start, each once, in order; the
+//! versions applied are kept in `schema_migrations`.
+//!
+//! The queue: a run's predictions are one job each (`jobs`, unique by run and
+//! sequence number). A worker claims a job with a lease ([`Db::claim`]: a
+//! conditional update that succeeds for one worker only), renews it while it
+//! grades ([`Db::renew`]), and records the result ([`Db::complete`]) in one
+//! transaction that marks the job done only while the worker still holds it
+//! and inserts the record with `ON CONFLICT DO NOTHING` on the primary key
+//! (run, sequence number): a record is stored once, whatever crashes and
+//! restarts happen around it. A job whose lease ran out (its worker was
+//! killed) is claimed again.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+/// A database error, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("database: {what}: {source}")]
+pub struct DbError {
+    /// What was being done.
+    pub what: &'static str,
+    /// The driver's error.
+    #[source]
+    pub source: sqlx::Error,
+}
+
+trait Context<T> {
+    fn ctx(self, what: &'static str) -> Result<T, DbError>;
+}
+
+impl<T> Context<T> for Result<T, sqlx::Error> {
+    fn ctx(self, what: &'static str) -> Result<T, DbError> {
+        self.map_err(|source| DbError { what, source })
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A random identifier: `bytes` random bytes in hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("the system's random source works");
+    hex::encode(buf)
+}
+
+/// The schema, one migration per entry (version, statements). Types are
+/// those both databases accept: TEXT, BIGINT, DOUBLE PRECISION.
+pub const MIGRATIONS: &[(i64, &[&str])] = &[(
+    1,
+    &[
+        "CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            role TEXT NOT NULL,
+            key_hash TEXT NOT NULL UNIQUE,
+            created_at BIGINT NOT NULL,
+            runs_per_day BIGINT NOT NULL,
+            predictions_per_run BIGINT NOT NULL,
+            upload_bytes_per_day BIGINT NOT NULL,
+            requests_per_minute BIGINT NOT NULL)",
+        "CREATE TABLE datasets (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            file TEXT NOT NULL,
+            tasks BIGINT NOT NULL,
+            public_ladders BIGINT NOT NULL,
+            created_by TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            bytes BIGINT NOT NULL)",
+        "CREATE TABLE dataset_grants (
+            dataset_id TEXT NOT NULL,
+            key_id TEXT NOT NULL,
+            PRIMARY KEY (dataset_id, key_id))",
+        "CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            key_id TEXT NOT NULL,
+            dataset_id TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            bytes BIGINT NOT NULL,
+            total BIGINT NOT NULL,
+            finished_at BIGINT)",
+        "CREATE INDEX runs_by_key ON runs (key_id, created_at)",
+        "CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            entry TEXT NOT NULL,
+            state TEXT NOT NULL,
+            queued_at BIGINT NOT NULL,
+            lease_owner TEXT,
+            lease_until BIGINT NOT NULL,
+            attempts BIGINT NOT NULL,
+            UNIQUE (run_id, seq))",
+        "CREATE INDEX jobs_by_state ON jobs (state, lease_until)",
+        "CREATE TABLE results (
+            run_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            instance_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            reward DOUBLE PRECISION NOT NULL,
+            verdict TEXT NOT NULL,
+            record TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            PRIMARY KEY (run_id, seq))",
+    ],
+)];
+
+/// Which database a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An SQLite file.
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// Roles of API keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Uploads datasets, sees every run.
+    Admin,
+    /// Submits predictions to the datasets granted to it.
+    Submitter,
+}
+
+impl Role {
+    /// The role's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Submitter => "submitter",
+        }
+    }
+
+    /// The role a name stands for.
+    pub fn parse(name: &str) -> Option<Role> {
+        match name {
+            "admin" => Some(Role::Admin),
+            "submitter" => Some(Role::Submitter),
+            _ => None,
+        }
+    }
+}
+
+/// Per-key limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Quotas {
+    /// Runs a key may start in any 24 hours.
+    pub runs_per_day: i64,
+    /// Predictions in one run.
+    pub predictions_per_run: i64,
+    /// Bytes a key may upload (predictions and datasets) in any 24 hours.
+    pub upload_bytes_per_day: i64,
+    /// Requests a key may make in any minute.
+    pub requests_per_minute: i64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            runs_per_day: 100,
+            predictions_per_run: 10_000,
+            upload_bytes_per_day: 2 << 30,
+            requests_per_minute: 600,
+        }
+    }
+}
+
+/// An API key as stored (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    /// Its identifier.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// Its limits.
+    pub quotas: Quotas,
+}
+
+/// A dataset as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetRow {
+    /// Its identifier.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The canonical JSONL file, relative to the data folder.
+    pub file: String,
+    /// Tasks in it.
+    pub tasks: i64,
+    /// Whether submitters may see ladder rung names and landed rungs.
+    pub public_ladders: bool,
+    /// When it was uploaded (ms).
+    pub created_at: i64,
+    /// The names of the keys granted (empty: every submitter).
+    pub grants: Vec<String>,
+}
+
+/// A run as stored, with its progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    /// Its identifier.
+    pub id: String,
+    /// The key that submitted it.
+    pub key_id: String,
+    /// That key's name.
+    pub key_name: String,
+    /// Its dataset's name.
+    pub dataset: String,
+    /// Its dataset's identifier.
+    pub dataset_id: String,
+    /// When it was submitted (ms).
+    pub created_at: i64,
+    /// When its last record was stored (ms).
+    pub finished_at: Option<i64>,
+    /// Predictions in it.
+    pub total: i64,
+    /// Records stored.
+    pub done: i64,
+    /// Jobs being graded now.
+    pub running: i64,
+    /// Mean reward of the records but harness errors.
+    pub mean_reward: Option<f64>,
+    /// Records per verdict.
+    pub verdicts: BTreeMap<String, i64>,
+}
+
+/// A claimed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedJob {
+    /// Its identifier.
+    pub id: String,
+    /// Its run.
+    pub run_id: String,
+    /// Its place in the run.
+    pub seq: i64,
+    /// The prediction, as stored ([`crate::worker::StoredEntry`] JSON).
+    pub entry: String,
+    /// Claims so far, this one included.
+    pub attempts: i64,
+    /// The run's dataset.
+    pub dataset_id: String,
+}
+
+/// A stored result record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredResult {
+    /// Its place in the run.
+    pub seq: i64,
+    /// The record's JSON.
+    pub record: String,
+}
+
+/// One row of a leaderboard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardRow {
+    /// The model.
+    pub model: String,
+    /// Records of it.
+    pub records: i64,
+    /// Runs it appears in.
+    pub runs: i64,
+    /// Mean reward (harness errors left out).
+    pub mean_reward: Option<f64>,
+}
+
+/// The database.
+#[derive(Clone)]
+pub struct Db {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Db {
+    /// Connects to `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and
+    /// applies the migrations not yet applied.
+    pub async fn open(url: &str) -> Result<Db, DbError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
+        };
+        // SQLite: one connection, so writers never meet a busy database.
+        let max = if backend == Backend::Sqlite { 1 } else { 8 };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(std::time::Duration::from_secs(30))
+            .connect(url)
+            .await
+            .ctx("connect")?;
+        let db = Db { pool, backend };
+        if backend == Backend::Sqlite {
+            sqlx::query("PRAGMA journal_mode=WAL")
+                .execute(&db.pool)
+                .await
+                .ctx("enable WAL")?;
+        }
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn migrate(&self) -> Result<(), DbError> {
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )
+        .execute(&self.pool)
+        .await
+        .ctx("create schema_migrations")?;
+        for (version, statements) in MIGRATIONS {
+            let applied: i64 =
+                sqlx::query("SELECT COUNT(*) AS n FROM schema_migrations WHERE version = $1")
+                    .bind(*version)
+                    .fetch_one(&self.pool)
+                    .await
+                    .ctx("read schema_migrations")?
+                    .try_get("n")
+                    .ctx("read schema_migrations")?;
+            if applied > 0 {
+                continue;
+            }
+            let mut tx = self.pool.begin().await.ctx("begin migration")?;
+            for statement in *statements {
+                sqlx::query(statement)
+                    .execute(&mut *tx)
+                    .await
+                    .ctx("apply migration")?;
+            }
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(*version)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await
+                .ctx("record migration")?;
+            tx.commit().await.ctx("commit migration")?;
+        }
+        Ok(())
+    }
+
+    /// The migration versions applied.
+    pub async fn applied_migrations(&self) -> Result<Vec<i64>, DbError> {
+        let rows = sqlx::query("SELECT version FROM schema_migrations ORDER BY version")
+            .fetch_all(&self.pool)
+            .await
+            .ctx("read schema_migrations")?;
+        rows.iter()
+            .map(|r| r.try_get::<i64, _>("version"))
+            .collect::<Result<_, _>>()
+            .ctx("read schema_migrations")
+    }
+
+    // ---- keys ----
+
+    /// Stores a new key by its hash. Fails when the name is taken.
+    pub async fn create_key(
+        &self,
+        name: &str,
+        role: Role,
+        key_hash: &str,
+        quotas: Quotas,
+    ) -> Result<String, DbError> {
+        let id = random_hex(8);
+        sqlx::query(
+            "INSERT INTO api_keys (id, name, role, key_hash, created_at, runs_per_day, predictions_per_run, upload_bytes_per_day, requests_per_minute)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&id)
+        .bind(name)
+        .bind(role.name())
+        .bind(key_hash)
+        .bind(now_ms())
+        .bind(quotas.runs_per_day)
+        .bind(quotas.predictions_per_run)
+        .bind(quotas.upload_bytes_per_day)
+        .bind(quotas.requests_per_minute)
+        .execute(&self.pool)
+        .await
+        .ctx("create key")?;
+        Ok(id)
+    }
+
+    fn key_row(row: &AnyRow) -> Result<KeyRow, sqlx::Error> {
+        let role: String = row.try_get("role")?;
+        Ok(KeyRow {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            role: Role::parse(&role).unwrap_or(Role::Submitter),
+            quotas: Quotas {
+                runs_per_day: row.try_get("runs_per_day")?,
+                predictions_per_run: row.try_get("predictions_per_run")?,
+                upload_bytes_per_day: row.try_get("upload_bytes_per_day")?,
+                requests_per_minute: row.try_get("requests_per_minute")?,
+            },
+        })
+    }
+
+    /// The key with this hash.
+    pub async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRow>, DbError> {
+        let row = sqlx::query("SELECT * FROM api_keys WHERE key_hash = $1")
+            .bind(key_hash)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx("find key")?;
+        row.as_ref().map(Self::key_row).transpose().ctx("read key")
+    }
+
+    /// The keys with these names; names that match none are returned apart.
+    pub async fn keys_by_name(
+        &self,
+        names: &[String],
+    ) -> Result<(Vec<KeyRow>, Vec<String>), DbError> {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for name in names {
+            let row = sqlx::query("SELECT * FROM api_keys WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await
+                .ctx("find key")?;
+            match row {
+                Some(row) => found.push(Self::key_row(&row).ctx("read key")?),
+                None => missing.push(name.clone()),
+            }
+        }
+        Ok((found, missing))
+    }
+
+    // ---- datasets ----
+
+    /// Stores a dataset's row and grants in one transaction. Fails when the
+    /// name is taken.
+    #[expect(clippy::too_many_arguments)]
+    pub async fn create_dataset(
+        &self,
+        id: &str,
+        name: &str,
+        file: &str,
+        tasks: i64,
+        public_ladders: bool,
+        created_by: &str,
+        bytes: i64,
+        grants: &[KeyRow],
+    ) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await.ctx("begin")?;
+        sqlx::query(
+            "INSERT INTO datasets (id, name, file, tasks, public_ladders, created_by, created_at, bytes)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(file)
+        .bind(tasks)
+        .bind(i64::from(public_ladders))
+        .bind(created_by)
+        .bind(now_ms())
+        .bind(bytes)
+        .execute(&mut *tx)
+        .await
+        .ctx("create dataset")?;
+        for key in grants {
+            sqlx::query("INSERT INTO dataset_grants (dataset_id, key_id) VALUES ($1, $2)")
+                .bind(id)
+                .bind(&key.id)
+                .execute(&mut *tx)
+                .await
+                .ctx("grant dataset")?;
+        }
+        tx.commit().await.ctx("commit dataset")
+    }
+
+    /// True when a dataset has this name.
+    pub async fn dataset_name_taken(&self, name: &str) -> Result<bool, DbError> {
+        let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM datasets WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .ctx("find dataset")?
+            .try_get("n")
+            .ctx("find dataset")?;
+        Ok(n > 0)
+    }
+
+    async fn dataset_from_row(&self, row: &AnyRow) -> Result<DatasetRow, DbError> {
+        let id: String = row.try_get("id").ctx("read dataset")?;
+        let grants = sqlx::query(
+            "SELECT k.name AS name FROM dataset_grants g JOIN api_keys k ON k.id = g.key_id
+             WHERE g.dataset_id = $1 ORDER BY k.name",
+        )
+        .bind(&id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx("read grants")?
+        .iter()
+        .map(|r| r.try_get::<String, _>("name"))
+        .collect::<Result<Vec<_>, _>>()
+        .ctx("read grants")?;
+        Ok(DatasetRow {
+            name: row.try_get("name").ctx("read dataset")?,
+            file: row.try_get("file").ctx("read dataset")?,
+            tasks: row.try_get("tasks").ctx("read dataset")?,
+            public_ladders: row
+                .try_get::<i64, _>("public_ladders")
+                .ctx("read dataset")?
+                != 0,
+            created_at: row.try_get("created_at").ctx("read dataset")?,
+            grants,
+            id,
+        })
+    }
+
+    /// Every dataset `key` may use (an admin: all of them), by name.
+    pub async fn datasets_for(&self, key: &KeyRow) -> Result<Vec<DatasetRow>, DbError> {
+        let rows = sqlx::query("SELECT * FROM datasets ORDER BY name")
+            .fetch_all(&self.pool)
+            .await
+            .ctx("list datasets")?;
+        let mut out = Vec::new();
+        for row in &rows {
+            let d = self.dataset_from_row(row).await?;
+            if self.may_use(key, &d).await? {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The dataset called `name`, when `key` may use it.
+    pub async fn dataset_for(
+        &self,
+        key: &KeyRow,
+        name: &str,
+    ) -> Result<Option<DatasetRow>, DbError> {
+        let row = sqlx::query("SELECT * FROM datasets WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx("find dataset")?;
+        let Some(row) = row else { return Ok(None) };
+        let d = self.dataset_from_row(&row).await?;
+        Ok(self.may_use(key, &d).await?.then_some(d))
+    }
+
+    /// The dataset with this identifier.
+    pub async fn dataset_by_id(&self, id: &str) -> Result<Option<DatasetRow>, DbError> {
+        let row = sqlx::query("SELECT * FROM datasets WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx("find dataset")?;
+        match row {
+            Some(row) => Ok(Some(self.dataset_from_row(&row).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn may_use(&self, key: &KeyRow, d: &DatasetRow) -> Result<bool, DbError> {
+        if key.role == Role::Admin || d.grants.is_empty() {
+            return Ok(true);
+        }
+        let n: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM dataset_grants WHERE dataset_id = $1 AND key_id = $2",
+        )
+        .bind(&d.id)
+        .bind(&key.id)
+        .fetch_one(&self.pool)
+        .await
+        .ctx("read grants")?
+        .try_get("n")
+        .ctx("read grants")?;
+        Ok(n > 0)
+    }
+
+    // ---- quotas ----
+
+    /// Runs `key` started since `since_ms`.
+    pub async fn runs_since(&self, key: &KeyRow, since_ms: i64) -> Result<i64, DbError> {
+        sqlx::query("SELECT COUNT(*) AS n FROM runs WHERE key_id = $1 AND created_at >= $2")
+            .bind(&key.id)
+            .bind(since_ms)
+            .fetch_one(&self.pool)
+            .await
+            .ctx("count runs")?
+            .try_get("n")
+            .ctx("count runs")
+    }
+
+    /// Bytes `key` uploaded (predictions and datasets) since `since_ms`.
+    pub async fn bytes_since(&self, key: &KeyRow, since_ms: i64) -> Result<i64, DbError> {
+        let mut total = 0;
+        for table in ["runs", "datasets"] {
+            let column = if table == "runs" {
+                "key_id"
+            } else {
+                "created_by"
+            };
+            let sql = format!(
+                "SELECT COALESCE(CAST(SUM(bytes) AS BIGINT), 0) AS n FROM {table} WHERE {column} = $1 AND created_at >= $2"
+            );
+            let n: i64 = sqlx::query(&sql)
+                .bind(&key.id)
+                .bind(since_ms)
+                .fetch_one(&self.pool)
+                .await
+                .ctx("count bytes")?
+                .try_get("n")
+                .ctx("count bytes")?;
+            total += n;
+        }
+        Ok(total)
+    }
+
+    // ---- runs and jobs ----
+
+    /// Stores a run and one queued job per entry, in one transaction.
+    pub async fn create_run(
+        &self,
+        key: &KeyRow,
+        dataset_id: &str,
+        bytes: i64,
+        entries: &[String],
+    ) -> Result<String, DbError> {
+        let id = random_hex(12);
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.ctx("begin")?;
+        sqlx::query(
+            "INSERT INTO runs (id, key_id, dataset_id, created_at, bytes, total, finished_at)
+             VALUES ($1, $2, $3, $4, $5, $6, NULL)",
+        )
+        .bind(&id)
+        .bind(&key.id)
+        .bind(dataset_id)
+        .bind(now)
+        .bind(bytes)
+        .bind(entries.len() as i64)
+        .execute(&mut *tx)
+        .await
+        .ctx("create run")?;
+        for (seq, entry) in entries.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO jobs (id, run_id, seq, entry, state, queued_at, lease_owner, lease_until, attempts)
+                 VALUES ($1, $2, $3, $4, 'queued', $5, NULL, 0, 0)",
+            )
+            .bind(random_hex(12))
+            .bind(&id)
+            .bind(seq as i64)
+            .bind(entry)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .ctx("queue job")?;
+        }
+        tx.commit().await.ctx("commit run")?;
+        Ok(id)
+    }
+
+    async fn run_from_row(&self, row: &AnyRow) -> Result<RunRow, DbError> {
+        let id: String = row.try_get("id").ctx("read run")?;
+        let counts =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = $1 GROUP BY state")
+                .bind(&id)
+                .fetch_all(&self.pool)
+                .await
+                .ctx("count jobs")?;
+        let mut running = 0;
+        for c in &counts {
+            let state: String = c.try_get("state").ctx("count jobs")?;
+            if state == "running" {
+                running = c.try_get("n").ctx("count jobs")?;
+            }
+        }
+        let verdict_rows = sqlx::query(
+            "SELECT verdict, COUNT(*) AS n FROM results WHERE run_id = $1 GROUP BY verdict",
+        )
+        .bind(&id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx("count results")?;
+        let mut verdicts = BTreeMap::new();
+        let mut done = 0;
+        for v in &verdict_rows {
+            let n: i64 = v.try_get("n").ctx("count results")?;
+            done += n;
+            verdicts.insert(v.try_get("verdict").ctx("count results")?, n);
+        }
+        let mean: Option<f64> = sqlx::query(
+            "SELECT AVG(reward) AS m FROM results WHERE run_id = $1 AND verdict <> 'harness_error'",
+        )
+        .bind(&id)
+        .fetch_one(&self.pool)
+        .await
+        .ctx("mean reward")?
+        .try_get("m")
+        .ctx("mean reward")?;
+        Ok(RunRow {
+            key_id: row.try_get("key_id").ctx("read run")?,
+            key_name: row.try_get("key_name").ctx("read run")?,
+            dataset: row.try_get("dataset").ctx("read run")?,
+            dataset_id: row.try_get("dataset_id").ctx("read run")?,
+            created_at: row.try_get("created_at").ctx("read run")?,
+            finished_at: row.try_get("finished_at").ctx("read run")?,
+            total: row.try_get("total").ctx("read run")?,
+            done,
+            running,
+            mean_reward: mean,
+            verdicts,
+            id,
+        })
+    }
+
+    const RUN_SELECT: &'static str = "SELECT r.id AS id, r.key_id AS key_id, k.name AS key_name, d.name AS dataset, r.dataset_id AS dataset_id,
+            r.created_at AS created_at, r.finished_at AS finished_at, r.total AS total
+         FROM runs r JOIN api_keys k ON k.id = r.key_id JOIN datasets d ON d.id = r.dataset_id";
+
+    /// The runs `key` may see (its own; an admin: every run), newest first.
+    pub async fn runs_for(&self, key: &KeyRow) -> Result<Vec<RunRow>, DbError> {
+        let sql = format!(
+            "{} WHERE r.key_id = $1 OR $2 = 1 ORDER BY r.created_at DESC, r.id",
+            Self::RUN_SELECT
+        );
+        let rows = sqlx::query(&sql)
+            .bind(&key.id)
+            .bind(i64::from(key.role == Role::Admin))
+            .fetch_all(&self.pool)
+            .await
+            .ctx("list runs")?;
+        let mut out = Vec::new();
+        for row in &rows {
+            out.push(self.run_from_row(row).await?);
+        }
+        Ok(out)
+    }
+
+    /// The run `id`, when `key` may see it.
+    pub async fn run_for(&self, key: &KeyRow, id: &str) -> Result<Option<RunRow>, DbError> {
+        let sql = format!(
+            "{} WHERE r.id = $1 AND (r.key_id = $2 OR $3 = 1)",
+            Self::RUN_SELECT
+        );
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .bind(&key.id)
+            .bind(i64::from(key.role == Role::Admin))
+            .fetch_optional(&self.pool)
+            .await
+            .ctx("find run")?;
+        match row {
+            Some(row) => Ok(Some(self.run_from_row(&row).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The records of run `id`, in submission order.
+    pub async fn results(&self, run_id: &str) -> Result<Vec<StoredResult>, DbError> {
+        let rows = sqlx::query("SELECT seq, record FROM results WHERE run_id = $1 ORDER BY seq")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .ctx("read results")?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredResult {
+                    seq: r.try_get("seq")?,
+                    record: r.try_get("record")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .ctx("read results")
+    }
+
+    /// Deletes run `id` with its jobs and records (a worker grading one of
+    /// its jobs then finds the job gone and stores nothing).
+    pub async fn delete_run(&self, id: &str) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await.ctx("begin")?;
+        for sql in [
+            "DELETE FROM jobs WHERE run_id = $1",
+            "DELETE FROM results WHERE run_id = $1",
+            "DELETE FROM runs WHERE id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .ctx("delete run")?;
+        }
+        tx.commit().await.ctx("commit delete")
+    }
+
+    /// Claims the oldest job that is queued or whose lease ran out, for
+    /// `owner`, until `lease_ms` from now. At most one worker wins a job:
+    /// the claim is an update conditioned on the state it read.
+    pub async fn claim(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, DbError> {
+        let now = now_ms();
+        let candidates = sqlx::query(
+            "SELECT j.id AS id, j.run_id AS run_id, j.seq AS seq, j.entry AS entry, j.attempts AS attempts, r.dataset_id AS dataset_id
+             FROM jobs j JOIN runs r ON r.id = j.run_id
+             WHERE j.state = 'queued' OR (j.state = 'running' AND j.lease_until < $1)
+             ORDER BY j.queued_at, j.run_id, j.seq LIMIT 16",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .ctx("find jobs")?;
+        for c in &candidates {
+            let id: String = c.try_get("id").ctx("read job")?;
+            let claimed = sqlx::query(
+                "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2, attempts = attempts + 1
+                 WHERE id = $3 AND (state = 'queued' OR (state = 'running' AND lease_until < $4))",
+            )
+            .bind(owner)
+            .bind(now + lease_ms)
+            .bind(&id)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .ctx("claim job")?
+            .rows_affected();
+            if claimed == 1 {
+                return Ok(Some(ClaimedJob {
+                    run_id: c.try_get("run_id").ctx("read job")?,
+                    seq: c.try_get("seq").ctx("read job")?,
+                    entry: c.try_get("entry").ctx("read job")?,
+                    attempts: c.try_get::<i64, _>("attempts").ctx("read job")? + 1,
+                    dataset_id: c.try_get("dataset_id").ctx("read job")?,
+                    id,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Extends `owner`'s lease on job `id`; false when it no longer holds it.
+    pub async fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, DbError> {
+        let n = sqlx::query(
+            "UPDATE jobs SET lease_until = $1 WHERE id = $2 AND lease_owner = $3 AND state = 'running'",
+        )
+        .bind(now_ms() + lease_ms)
+        .bind(id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .ctx("renew lease")?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// Gives job `id` back to the queue (a worker stopping before it
+    /// finished); `uncount` takes back the claim's attempt (the service was
+    /// asked to stop: not the job's doing).
+    pub async fn release(&self, id: &str, owner: &str, uncount: bool) -> Result<(), DbError> {
+        sqlx::query(
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = 0, attempts = attempts - $3
+             WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(i64::from(uncount))
+        .execute(&self.pool)
+        .await
+        .ctx("release job")?;
+        Ok(())
+    }
+
+    /// Stores the record of job `job` and marks the job done, in one
+    /// transaction, while `owner` holds it; the record is inserted at most
+    /// once per (run, seq). Returns whether this call stored it.
+    #[expect(clippy::too_many_arguments)]
+    pub async fn complete(
+        &self,
+        job: &ClaimedJob,
+        owner: &str,
+        instance_id: &str,
+        model: &str,
+        reward: f64,
+        verdict: &str,
+        record: &str,
+    ) -> Result<bool, DbError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.ctx("begin")?;
+        let held = sqlx::query(
+            "UPDATE jobs SET state = 'done', lease_owner = NULL WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+        )
+        .bind(&job.id)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await
+        .ctx("finish job")?
+        .rows_affected();
+        if held != 1 {
+            tx.rollback().await.ctx("rollback")?;
+            return Ok(false);
+        }
+        let stored = sqlx::query(
+            "INSERT INTO results (run_id, seq, instance_id, model, reward, verdict, record, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (run_id, seq) DO NOTHING",
+        )
+        .bind(&job.run_id)
+        .bind(job.seq)
+        .bind(instance_id)
+        .bind(model)
+        .bind(reward)
+        .bind(verdict)
+        .bind(record)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .ctx("store result")?
+        .rows_affected();
+        sqlx::query(
+            "UPDATE runs SET finished_at = $1 WHERE id = $2 AND finished_at IS NULL
+             AND NOT EXISTS (SELECT 1 FROM jobs WHERE run_id = $2 AND state <> 'done')",
+        )
+        .bind(now)
+        .bind(&job.run_id)
+        .execute(&mut *tx)
+        .await
+        .ctx("finish run")?;
+        tx.commit().await.ctx("commit result")?;
+        Ok(stored == 1)
+    }
+
+    /// Per model, the mean reward over every record of dataset `dataset_id`.
+    pub async fn leaderboard(&self, dataset_id: &str) -> Result<Vec<BoardRow>, DbError> {
+        let rows = sqlx::query(
+            "SELECT res.model AS model, COUNT(*) AS records, COUNT(DISTINCT res.run_id) AS runs,
+                    AVG(CASE WHEN res.verdict <> 'harness_error' THEN res.reward END) AS mean_reward
+             FROM results res JOIN runs r ON r.id = res.run_id
+             WHERE r.dataset_id = $1 GROUP BY res.model",
+        )
+        .bind(dataset_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx("leaderboard")?;
+        let mut board = rows
+            .iter()
+            .map(|r| {
+                Ok(BoardRow {
+                    model: r.try_get("model")?,
+                    records: r.try_get("records")?,
+                    runs: r.try_get("runs")?,
+                    mean_reward: r.try_get("mean_reward")?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .ctx("leaderboard")?;
+        board.sort_by(|a, b| {
+            b.mean_reward
+                .unwrap_or(-1.0)
+                .total_cmp(&a.mean_reward.unwrap_or(-1.0))
+                .then_with(|| a.model.cmp(&b.model))
+        });
+        Ok(board)
+    }
+
+    /// Every stored record of every run, as (run, seq) pairs: for checks
+    /// that nothing is stored twice.
+    pub async fn result_keys(&self) -> Result<Vec<(String, i64)>, DbError> {
+        let rows = sqlx::query("SELECT run_id, seq FROM results ORDER BY run_id, seq")
+            .fetch_all(&self.pool)
+            .await
+            .ctx("read results")?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("run_id")?, r.try_get("seq")?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .ctx("read results")
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_job_is_claimed_by_one_worker_and_recorded_once() {
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+            let db = Db::open(&url).await.unwrap();
+            // Opening again applies nothing twice.
+            let again = Db::open(&url).await.unwrap();
+            assert_eq!(again.applied_migrations().await.unwrap(), vec![1]);
+            let id = db
+                .create_key("k", Role::Submitter, "hash", Quotas::default())
+                .await
+                .unwrap();
+            let key = db.key_by_hash("hash").await.unwrap().unwrap();
+            assert_eq!(key.id, id);
+            db.create_dataset("d1", "d", "datasets/d1.jsonl", 1, false, &id, 10, &[])
+                .await
+                .unwrap();
+            let run = db
+                .create_run(&key, "d1", 5, &["{}".to_string()])
+                .await
+                .unwrap();
+
+            let first = db.claim("a", 60_000).await.unwrap().expect("a claims");
+            assert_eq!(first.attempts, 1);
+            assert!(db.claim("b", 60_000).await.unwrap().is_none(), "held by a");
+            assert!(db.renew(&first.id, "a", 60_000).await.unwrap());
+            assert!(!db.renew(&first.id, "b", 60_000).await.unwrap());
+
+            // A stop gives it back uncounted.
+            db.release(&first.id, "a", true).await.unwrap();
+            let second = db.claim("b", 0).await.unwrap().expect("b claims");
+            assert_eq!(second.attempts, 1);
+            // b's lease (0 ms) runs out: c takes the job over.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let third = db.claim("c", 60_000).await.unwrap().expect("c claims");
+            assert_eq!(third.attempts, 2);
+            // b lost its lease: it stores nothing; c stores once.
+            assert!(!db
+                .complete(&second, "b", "i", "m", 0.2, "graded", "{\"b\":1}")
+                .await
+                .unwrap());
+            assert!(db
+                .complete(&third, "c", "i", "m", 0.2, "graded", "{\"c\":1}")
+                .await
+                .unwrap());
+            assert!(!db
+                .complete(&third, "c", "i", "m", 0.2, "graded", "{\"c\":2}")
+                .await
+                .unwrap());
+            assert!(db.claim("d", 60_000).await.unwrap().is_none(), "done");
+            let results = db.results(&run).await.unwrap();
+            assert_eq!(results.len(), 1);
+            assert_eq!(results[0].record, "{\"c\":1}");
+            let row = db.run_for(&key, &run).await.unwrap().unwrap();
+            assert_eq!((row.total, row.done, row.running), (1, 1, 0));
+            assert!(row.finished_at.is_some());
+            assert_eq!(row.mean_reward, Some(0.2));
+            assert_eq!(db.leaderboard("d1").await.unwrap()[0].records, 1);
+            db.delete_run(&run).await.unwrap();
+            assert!(db.result_keys().await.unwrap().is_empty());
+            assert!(db.run_for(&key, &run).await.unwrap().is_none());
+        });
+    }
+}
