@@ -49,15 +49,17 @@ pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
 /// hides from every run its executable and each other copy of it installed in
 /// a folder of `PATH`.
 pub fn runner(kind: SandboxKind) -> Result<Arc<dyn ProcessRunner>, SandboxUnavailable> {
-    runner_hiding_copies(kind, &[])
+    runner_hiding_copies(kind, &[], &[])
 }
 
 /// [`runner`], whose namespace runner also hides each copy of this program
 /// installed in one of `dirs` (such as the `bin` folders of the interpreter
-/// the runs use: a pip install of the harness puts it there).
+/// the runs use: a pip install of the harness puts it there), and every file
+/// there named like one of `names` (the names installs give the program).
 pub fn runner_hiding_copies(
     kind: SandboxKind,
     dirs: &[PathBuf],
+    names: &[&str],
 ) -> Result<Arc<dyn ProcessRunner>, SandboxUnavailable> {
     match kind {
         SandboxKind::None => Ok(Arc::new(PlainRunner)),
@@ -73,7 +75,7 @@ pub fn runner_hiding_copies(
                 .unwrap_or_default();
             search.extend(dirs.iter().cloned());
             let runner = NamespaceRunner::new(helper, vec![INIT_SUBCOMMAND.to_string()])
-                .mask_copies(&search);
+                .mask_copies(&search, names);
             runner.probe().map_err(|reason| SandboxUnavailable {
                 kind: kind.name(),
                 reason,

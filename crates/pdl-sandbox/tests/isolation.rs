@@ -665,33 +665,44 @@ fn installed_copies_of_the_helper_read_as_empty() {
     let linked = link_dir.path().join("renamed-link");
     std::fs::hard_link(&helper, &linked).unwrap();
     std::fs::write(other.join("pdl-sandbox-init.txt"), "not a copy").unwrap();
+    // A renamed copy (the same bytes under another name), and a file with
+    // the name installs give the program while this copy runs under another
+    // one (another version: other bytes, the same kind of embedded data).
+    let renamed = install.join("renamed-copy");
+    std::fs::copy(&helper, &renamed).unwrap();
+    let installed_name = other.join("pdl-swe");
+    std::fs::write(&installed_name, "another version").unwrap();
     let dirs = [
         install.clone(),
         other.clone(),
         link_dir.path().to_path_buf(),
     ];
-    let mut found = pdl_sandbox::installed_copies(&helper, &dirs);
+    let mut found = pdl_sandbox::installed_copies(&helper, &dirs, &["pdl-swe"]);
     found.sort();
     let mut expected = vec![
         std::fs::canonicalize(&copy).unwrap(),
         std::fs::canonicalize(&linked).unwrap(),
+        std::fs::canonicalize(&renamed).unwrap(),
+        std::fs::canonicalize(&installed_name).unwrap(),
     ];
     expected.sort();
     assert_eq!(found, expected);
     let cmd = s
         .sh(&format!(
-            "wc -c < {}; wc -c < {}; wc -c < {}/pdl-sandbox-init.txt",
+            "wc -c < {}; wc -c < {}; wc -c < {}; wc -c < {}; wc -c < {}/pdl-sandbox-init.txt",
             copy.display(),
             linked.display(),
+            renamed.display(),
+            installed_name.display(),
             other.display()
         ))
         .readable(install)
         .readable(other)
         .readable(link_dir.path().to_path_buf());
-    let r = runner().mask_copies(&dirs).run(&cmd);
+    let r = runner().mask_copies(&dirs, &["pdl-swe"]).run(&cmd);
     assert_eq!(r.status, RunStatus::Exited { code: 0 }, "{}", output(&r));
     let sizes: Vec<String> = output(&r).split_whitespace().map(String::from).collect();
-    assert_eq!(sizes, ["0", "0", "10"], "{}", output(&r));
+    assert_eq!(sizes, ["0", "0", "0", "0", "10"], "{}", output(&r));
     for path in &expected {
         assert!(r.enforced.masked.contains(path), "{:?}", r.enforced.masked);
     }

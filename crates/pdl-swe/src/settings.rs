@@ -79,7 +79,8 @@ pub fn resolve_exposing(args: &RunArgs, exposed: &[PathBuf]) -> Result<RunSettin
         install_dirs.push(dir.join("bin"));
     }
     let runner: Arc<dyn ProcessRunner> =
-        pdl_sandbox::runner_hiding_copies(kind, &install_dirs).map_err(ExitError::environment)?;
+        pdl_sandbox::runner_hiding_copies(kind, &install_dirs, &[env!("CARGO_PKG_NAME")])
+            .map_err(ExitError::environment)?;
     // A folder the user names is theirs: created if missing, never removed.
     // Otherwise the harness makes one of its own with a name no one can guess.
     let (work_root, own) = match &args.work_dir {

@@ -117,9 +117,10 @@ impl NamespaceRunner {
     }
 
     /// Also hides from every run each other copy of the helper's executable
-    /// in `dirs` (see [`installed_copies`]).
-    pub fn mask_copies(self, dirs: &[PathBuf]) -> Self {
-        installed_copies(&self.helper, dirs)
+    /// in `dirs`, and every file there named like one of `names` (see
+    /// [`installed_copies`]).
+    pub fn mask_copies(self, dirs: &[PathBuf], names: &[&str]) -> Self {
+        installed_copies(&self.helper, dirs, names)
             .into_iter()
             .fold(self, NamespaceRunner::mask)
     }
@@ -148,12 +149,14 @@ impl NamespaceRunner {
 
 /// The other copies of the executable `exe` found in `dirs` (each folder
 /// itself, not below it), by their real paths: every regular file named like
-/// `exe`, and every other hard link to it. An install puts the harness in such
-/// a folder (a Python environment's `bin`, `/usr/local/bin`, `~/.cargo/bin`),
-/// and a sandbox may see that folder (a system folder every run binds, or the
-/// interpreter's) while the harness runs from another copy, which embeds the
-/// same data.
-pub fn installed_copies(exe: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
+/// `exe` or like one of `names` (the names an install gives the program, which
+/// hold it whatever name this copy runs under), every other hard link to it,
+/// and every file with its exact content under another name. An install puts
+/// the harness in such a folder (a Python environment's `bin`,
+/// `/usr/local/bin`, `~/.cargo/bin`), and a sandbox may see that folder (a
+/// system folder every run binds, or the interpreter's) while the harness runs
+/// from another copy, which embeds the same data.
+pub fn installed_copies(exe: &Path, dirs: &[PathBuf], names: &[&str]) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let Ok(real) = std::fs::canonicalize(exe) else {
         return Vec::new();
@@ -172,15 +175,40 @@ pub fn installed_copies(exe: &Path, dirs: &[PathBuf]) -> Vec<PathBuf> {
     };
     for dir in dirs {
         keep(dir.join(name));
-        if meta.nlink() > 1 {
-            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                if entry.metadata().is_ok_and(|m| m.is_file() && same_file(&m)) {
-                    keep(entry.path());
-                }
+        for other in names {
+            keep(dir.join(other));
+        }
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let Ok(m) = entry.metadata() else { continue };
+            // A renamed copy: the same length, then the same bytes.
+            if m.is_file()
+                && (same_file(&m) || (m.len() == meta.len() && same_content(&entry.path(), &real)))
+            {
+                keep(entry.path());
             }
         }
     }
     found
+}
+
+/// Whether two files hold the same bytes (read in blocks; false on any error).
+fn same_content(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (Ok(mut fa), Ok(mut fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else {
+        return false;
+    };
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let (Ok(na), Ok(nb)) = (fa.read(&mut ba), fb.read(&mut bb)) else {
+            return false;
+        };
+        if na != nb || ba[..na] != bb[..nb] {
+            return false;
+        }
+        if na == 0 {
+            return true;
+        }
+    }
 }
 
 /// Hands `path` (recursively) to `uid`/`gid`. Symlinks are changed, not followed.
