@@ -14,7 +14,7 @@ task are graded one file at a time into the same results file
 attempts.
 
     python3 certification/collect.py --agent independent-solver-v1 \
-        --batch certification/batches/b1 /work/solve/a01 /work/solve/a02
+        --batch certification/batches/b1 solvers/a01 solvers/a02
 """
 
 import argparse
