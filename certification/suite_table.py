@@ -25,11 +25,10 @@ def review_verdict(task_dir):
         return "-"
     for name in sorted(os.listdir(folder), reverse=True):
         with open(os.path.join(folder, name)) as f:
-            m = re.search(r"Summary:\s*(\d+) implied, (\d+) not implied", f.read())
+            text = f.read()
+        m = re.search(r"Summary:\s*(\d+) implied, (\d+) not implied", text)
         if m:
-            with open(os.path.join(folder, name)) as f:
-                resolved = "## Resolution" in f.read()
-            fixed = ", rewritten" if resolved and m.group(2) != "0" else ""
+            fixed = ", rewritten" if "## Resolution" in text and m.group(2) != "0" else ""
             return f"{m.group(1)} implied, {m.group(2)} not implied{fixed} ([review](../tasks/{os.path.basename(task_dir)}/reviews/{name}))"
     return "-"
 
