@@ -11,8 +11,9 @@ alternating the sides, and reports the ratio of medians.
     python3 bench/calibrate_overhead.py [--binary target/release/pdl-swe] [-j 2] [--rounds 5]
 
 The graded trees and the node IDs come from `calibrate --keep-workdirs`: every
-grading folder keeps `graded/` (the tree pytest ran on) and `out/command.json`
-(the interpreter, the environment and the node IDs).
+grading folder keeps `graded/` (the tree pytest ran on) and, per test run,
+`out/public/command.json` and `out/hidden/command.json` (the interpreter, the
+environment and the node IDs).
 """
 
 import argparse
@@ -42,14 +43,22 @@ def run_calibrate(binary, jobs, work_dir, sandbox="namespaces", keep=False):
 
 
 def load_runs(work_dir):
-    """The kept gradings: (python, graded tree, node IDs, environment)."""
+    """The kept gradings: (python, graded tree, node IDs, environment). The
+    harness runs a grading's public tests, then its hidden tests, each with a
+    command of its own (`out/public/`, `out/hidden/`); the bare side runs them
+    all at once, as a plain user would."""
     runs = []
     for name in sorted(os.listdir(work_dir)):
-        spec = os.path.join(work_dir, name, "out", "command.json")
-        if os.path.exists(spec):
-            with open(spec) as f:
-                cmd = json.load(f)
-            runs.append((cmd["python"], os.path.join(work_dir, name, "graded"), cmd["node_ids"], cmd["env"]))
+        ids, python, env = [], None, None
+        for part in ("public", "hidden"):
+            spec = os.path.join(work_dir, name, "out", part, "command.json")
+            if os.path.exists(spec):
+                with open(spec) as f:
+                    cmd = json.load(f)
+                ids += cmd["node_ids"]
+                python, env = cmd["python"], cmd["env"]
+        if ids:
+            runs.append((python, os.path.join(work_dir, name, "graded"), ids, env))
     return runs
 
 

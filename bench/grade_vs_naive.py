@@ -50,7 +50,7 @@ def predictions(rows, folder):
 
 def interpreters(binary, folder):
     """Each task's environment, as the harness built it: from one kept grading
-    per task (`out/command.json`)."""
+    per task (`out/hidden/command.json`)."""
     work = os.path.join(folder, "kept")
     os.makedirs(work)
     subprocess.run(
@@ -60,7 +60,7 @@ def interpreters(binary, folder):
     )
     found = {}
     for name in os.listdir(work):
-        spec = os.path.join(work, name, "out", "command.json")
+        spec = os.path.join(work, name, "out", "hidden", "command.json")
         if os.path.exists(spec):
             with open(spec) as f:
                 cmd = json.load(f)

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use pdl_fs::walk::{walk, Visit, WalkError, WalkKind, WalkLimits};
+use pdl_task::task::HIDDEN_DIR;
 use pdl_task::RepoFile;
 
 use crate::policy::{is_unsafe_path, PatchPolicy, PathDecision};
@@ -168,6 +169,11 @@ fn looks_like_a_repository(path: &str) -> bool {
         || (path == first && matches!(first, "HEAD" | "packed-refs" | "commondir" | "gitdir"))
 }
 
+/// The violation of a path in (or in place of a folder above) the hidden
+/// tests' folder.
+pub const RESERVED_FOR_HIDDEN: &str =
+    "writes under tests/hidden/, which is reserved for the hidden tests";
+
 /// Reads `tree`, compares it with `pristine` and polices every change.
 /// `hidden` lists the paths the hidden tests will occupy; `test_files` the
 /// test files, whose folders hold pytest configuration too.
@@ -192,18 +198,16 @@ pub fn police_tree(
             dir = parent;
         }
     }
-    let hidden_dirs: BTreeSet<String> = hidden
-        .iter()
-        .flat_map(|h| {
-            let mut dirs = Vec::new();
-            let mut dir = h.as_str();
-            while let Some((parent, _)) = dir.rsplit_once('/') {
-                dirs.push(parent.to_string());
-                dir = parent;
-            }
-            dirs
-        })
-        .collect();
+    // Every path in or above the hidden tests' folder is refused with one
+    // message, whether or not a hidden test lies there: a message of its own
+    // for the hidden tests' paths would tell their names to whoever guesses.
+    let hidden_root = HIDDEN_DIR.trim_end_matches('/');
+    let reserved = |path: &str| {
+        path == hidden_root
+            || path.starts_with(HIDDEN_DIR)
+            || hidden_root.starts_with(&format!("{path}/"))
+            || hidden.iter().any(|h| h == path)
+    };
     let walk_limits = WalkLimits {
         max_entries: limits.max_entries,
         max_depth: limits.max_depth,
@@ -255,8 +259,8 @@ pub fn police_tree(
             (WalkKind::Dir, None) => {
                 // A folder counts only through what it holds, except where it
                 // stands in for a hidden test file or a git repository.
-                if hidden.iter().any(|h| h == path) {
-                    policed.violation(path, "occupies a path of the hidden tests");
+                if reserved(path) && path.starts_with(HIDDEN_DIR) {
+                    policed.violation(path, RESERVED_FOR_HIDDEN);
                 }
                 if looks_like_a_repository(path) {
                     policed.violation(path, "makes the tree look like a git repository");
@@ -298,8 +302,8 @@ pub fn police_tree(
             policed.violation(path, "makes the tree look like a git repository");
             continue;
         }
-        if hidden.iter().any(|h| h == path) || hidden_dirs.contains(path) {
-            policed.violation(path, "occupies a path of the hidden tests");
+        if reserved(path) {
+            policed.violation(path, RESERVED_FOR_HIDDEN);
             continue;
         }
         if is_machinery(path, &test_dirs) {
@@ -415,8 +419,23 @@ pub fn build_graded_tree(
             }
         }
     }
+    install_hidden_tests(dir, hidden)
+}
+
+/// Writes the hidden test files into a graded tree built before, with the
+/// same care: created new, never through a link.
+pub fn install_hidden_tests(dir: &Path, hidden: &[RepoFile]) -> std::io::Result<()> {
+    use std::io::Write;
+    let root = pdl_fs::Dir::open(dir)?;
     for file in hidden {
-        write(&file.path, file.content.as_bytes(), false)?;
+        pdl_task::safe::check_repo_path(&file.path).map_err(|why| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: unsafe path: {why}", dir.join(&file.path).display()),
+            )
+        })?;
+        root.open_file(Path::new(&file.path), pdl_fs::OpenMode::CreateNew)?
+            .write_all(file.content.as_bytes())?;
     }
     Ok(())
 }
@@ -505,6 +524,33 @@ mod tests {
             vec!["src/a.py", "src/b.py", "src/new.py"]
         );
         assert_eq!(p.graded["src/b.py"], GradedChange::Delete);
+    }
+
+    /// A path of a hidden test and a guessed path beside it are refused
+    /// alike: the policy's answer tells nothing of the hidden tests' names.
+    #[test]
+    fn hidden_test_paths_and_guesses_get_the_same_answer() {
+        let pristine = files(&[("src/a.py", "a\n"), ("tests/public/test_p.py", "t\n")]);
+        let answer = |path: &str, folder: bool| {
+            let dir = tree(&pristine);
+            let at = dir.path().join(path);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            if folder {
+                std::fs::create_dir_all(&at).unwrap();
+            } else {
+                std::fs::write(&at, "x").unwrap();
+            }
+            let p = police(dir.path(), &pristine, TreeOrigin::Workspace);
+            assert_eq!(p.report.violations, vec![path.to_string()], "{path}");
+            p.detail("the workspace").replace(path, "PATH")
+        };
+        let hidden = answer("tests/hidden/test_h.py", false);
+        assert!(hidden.contains(RESERVED_FOR_HIDDEN), "{hidden}");
+        for guess in ["tests/hidden/test_guess.py", "tests/hidden/conftest.py"] {
+            assert_eq!(answer(guess, false), hidden, "{guess}");
+        }
+        assert_eq!(answer("tests/hidden/test_h.py", true), hidden);
+        assert_eq!(answer("tests/hidden/test_guess.py", true), hidden);
     }
 
     #[test]

@@ -20,14 +20,15 @@ use sha2::{Digest, Sha256};
 
 use crate::apply::{apply_in_sandbox, ApplyError};
 use crate::changes::{
-    build_graded_tree, police_tree, GradedChange, Policed, TreeLimits, TreeOrigin,
+    build_graded_tree, install_hidden_tests, police_tree, GradedChange, Policed, TreeLimits,
+    TreeOrigin,
 };
 use crate::env::{EnvManager, PythonEnv};
 use crate::exact_apply::{apply_exactly, write_changes};
 use crate::ladder::LadderFingerprints;
 use crate::outcome::{TestLog, TestOutcome};
 use crate::policy::PatchPolicy;
-use crate::pytest::{cross_check, run_dirs, run_pytest, PytestMode, PytestRun, TreeFacts};
+use crate::pytest::{cross_check, run_dirs, run_pytest, PytestMode, PytestRun, RunDirs, TreeFacts};
 use crate::record::{
     Components, Phases, PolicyReport, Provenance, ResultRecord, SubmissionKind, SuspiciousLine,
     Verdict,
@@ -40,6 +41,15 @@ pub const HARNESS_VERSION: &str = concat!("pdl-swe ", env!("CARGO_PKG_VERSION"))
 /// The largest patch graded; a larger one is `patch_failed` before anything
 /// parses it.
 pub const MAX_PATCH_BYTES: usize = 32 << 20;
+
+/// One of a grading's pytest runs (public tests, then hidden tests).
+struct TestRun {
+    /// `public` or `hidden`.
+    name: &'static str,
+    /// The node IDs it ran.
+    ids: Vec<String>,
+    run: PytestRun,
+}
 
 /// What a submission consists of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -530,88 +540,156 @@ impl Grader {
         record.suspicious = suspicious_lines(task, &policed.graded);
         let layout_started = Instant::now();
         let dirs = run_dirs(workdir);
-        build_graded_tree(&dirs.tree, &task.row.files, &policed.graded, &hidden)
+        // The public tests run first, in a tree without the hidden tests:
+        // their per-test outcomes, which submitters see, cannot depend on
+        // what the hidden tests say, however the code under test tries.
+        build_graded_tree(&dirs.tree, &task.row.files, &policed.graded, &[])
             .map_err(|e| Stop::harness(format!("cannot write the graded tree: {e}")))?;
-        let ids: Vec<String> = task
+        let (hidden_ids, public_ids): (Vec<String>, Vec<String>) = task
             .row
             .fail_to_pass
             .iter()
             .chain(&task.row.pass_to_pass)
             .cloned()
-            .collect();
+            .partition(|id| id.starts_with(HIDDEN_DIR));
         let facts = tree_facts(task, &policed.graded, &hidden);
         record.phases_s.layout = layout_started.elapsed().as_secs_f64();
         let tests_started = Instant::now();
+        let mut runs = Vec::new();
+        if !public_ids.is_empty() {
+            let public_facts = TreeFacts {
+                hidden: Vec::new(),
+                ..facts.clone()
+            };
+            let run = self.test_run(&env, &dirs, "public", public_ids, &public_facts, timeout)?;
+            let breached = run.run.breach.is_some();
+            runs.push(run);
+            if breached {
+                return self.score(task, &formula, &runs, submission, record);
+            }
+        }
+        if !hidden_ids.is_empty() {
+            install_hidden_tests(&dirs.tree, &hidden)
+                .map_err(|e| Stop::harness(format!("cannot write the hidden tests: {e}")))?;
+            let hidden_facts = TreeFacts {
+                // The changed files compiled in the public run already.
+                compile: if runs.is_empty() {
+                    facts.compile.clone()
+                } else {
+                    Vec::new()
+                },
+                hidden: hidden.iter().map(|f| f.path.clone()).collect(),
+                ..facts.clone()
+            };
+            runs.push(self.test_run(&env, &dirs, "hidden", hidden_ids, &hidden_facts, timeout)?);
+        }
+        record.phases_s.tests = tests_started.elapsed().as_secs_f64();
+        if let Some(last) = runs.last() {
+            record.provenance.sandbox = last.run.report.enforced.clone();
+        }
+        self.score(task, &formula, &runs, submission, record)
+    }
+
+    /// One pytest run over `ids` in the graded tree, its output in a folder
+    /// of its own.
+    fn test_run(
+        &self,
+        env: &PythonEnv,
+        dirs: &RunDirs,
+        name: &'static str,
+        ids: Vec<String>,
+        facts: &TreeFacts,
+        timeout: Duration,
+    ) -> Result<TestRun, Stop> {
+        let dirs = RunDirs {
+            output: dirs.output.join(name),
+            ..dirs.clone()
+        };
         let run = run_pytest(
             self.runner.as_ref(),
-            &env,
+            env,
             &dirs,
             &PytestMode::Select(ids.clone()),
-            &facts,
+            facts,
             timeout,
             &self.settings.limits,
         )
-        .map_err(|e| Stop::harness(format!("cannot prepare the test run: {e}")))?;
-        record.phases_s.tests = tests_started.elapsed().as_secs_f64();
-        record.provenance.sandbox = run.report.enforced.clone();
-        self.score(task, &formula, &ids, &run, submission, record)
+        .map_err(|e| Stop::harness(format!("cannot prepare the {name} test run: {e}")))?;
+        Ok(TestRun { name, ids, run })
     }
 
     fn score(
         &self,
         task: &Task,
         formula: &RewardFormula,
-        ids: &[String],
-        run: &PytestRun,
+        runs: &[TestRun],
         submission: &Submission,
         record: &mut ResultRecord,
     ) -> Result<(), Stop> {
-        let report = &run.report;
-        let log: &TestLog = &run.log;
-        if let RunStatus::SandboxFailed { reason } = &report.status {
-            return Err(Stop::harness(format!("sandbox: {reason}")));
-        }
-        if let RunStatus::SpawnFailed { reason } = &report.status {
-            return Err(Stop::harness(format!("cannot start pytest: {reason}")));
-        }
-        if let Some(breach) = &run.breach {
-            return Err(Stop::submission(
-                Verdict::Tampered,
-                format!("the test run's outcomes cannot be trusted: {breach}"),
-            ));
-        }
-        let timed_out = report.status == RunStatus::TimedOut;
-        if !log.started {
-            // The bootstrap reports its start before any code of the
-            // repository is importable: a run that never got there is the
-            // harness's or the machine's fault, unless the clock ran out.
-            if timed_out {
+        // Two runs are told apart in what is said about them.
+        let label = |run: &TestRun| {
+            if runs.len() > 1 {
+                format!("the {} test run", run.name)
+            } else {
+                "the test run".to_string()
+            }
+        };
+        for part in runs {
+            let report = &part.run.report;
+            if let RunStatus::SandboxFailed { reason } = &report.status {
+                return Err(Stop::harness(format!("sandbox: {reason}")));
+            }
+            if let RunStatus::SpawnFailed { reason } = &report.status {
+                return Err(Stop::harness(format!("cannot start pytest: {reason}")));
+            }
+            if let Some(breach) = &part.run.breach {
                 return Err(Stop::submission(
-                    Verdict::Timeout,
-                    "the test process did not start within the time bound".into(),
+                    Verdict::Tampered,
+                    format!("{}'s outcomes cannot be trusted: {breach}", label(part)),
                 ));
             }
-            let mut detail = format!("the test process did not start ({})", report.status.name());
-            if submission.is_trusted() {
-                detail.push_str(&format!("; output:\n{}", report.output_tail(2000)));
+            if !part.run.log.started {
+                // The bootstrap reports its start before any code of the
+                // repository is importable: a run that never got there is the
+                // harness's or the machine's fault, unless the clock ran out.
+                if report.status == RunStatus::TimedOut {
+                    return Err(Stop::submission(
+                        Verdict::Timeout,
+                        "the test process did not start within the time bound".into(),
+                    ));
+                }
+                let mut detail =
+                    format!("the test process did not start ({})", report.status.name());
+                if submission.is_trusted() {
+                    detail.push_str(&format!("; output:\n{}", report.output_tail(2000)));
+                }
+                return Err(Stop::harness(detail));
             }
-            return Err(Stop::harness(detail));
+            if let Err(breach) = cross_check(&part.run) {
+                return Err(Stop::submission(
+                    Verdict::Tampered,
+                    format!("{}'s channels disagree: {breach}", label(part)),
+                ));
+            }
         }
-        if let Err(breach) = cross_check(run) {
-            return Err(Stop::submission(
-                Verdict::Tampered,
-                format!("the test run's channels disagree: {breach}"),
-            ));
+        let mut tests: BTreeMap<String, TestOutcome> = BTreeMap::new();
+        for part in runs {
+            let timed_out = part.run.report.status == RunStatus::TimedOut;
+            for id in &part.ids {
+                tests.insert(id.clone(), part.run.log.outcome(id, timed_out));
+            }
         }
-        let tests: BTreeMap<String, TestOutcome> = ids
-            .iter()
-            .map(|id| (id.clone(), log.outcome(id, timed_out)))
-            .collect();
-        let passed = |list: &[String]| list.iter().filter(|id| tests[*id].passed()).count();
+        let passed = |list: &[String]| {
+            list.iter()
+                .filter(|id| tests.get(*id).is_some_and(|o| o.passed()))
+                .count()
+        };
         // A run that ended before collection finished proves nothing about the
         // files it did not reach.
-        let build_healthy =
-            log.compile_errors.is_empty() && log.collect_errors.is_empty() && log.collection_done;
+        let build_healthy = runs.iter().all(|part| {
+            let log: &TestLog = &part.run.log;
+            log.compile_errors.is_empty() && log.collect_errors.is_empty() && log.collection_done
+        });
         let inputs = RewardInputs::from_counts(
             passed(&task.row.fail_to_pass),
             task.row.fail_to_pass.len(),
@@ -626,14 +704,14 @@ impl Grader {
             build_health: inputs.build_health.to_f64(),
         };
         record.tests = tests;
-        record.compile_errors = log
-            .compile_errors
+        record.compile_errors = runs
             .iter()
+            .flat_map(|part| &part.run.log.compile_errors)
             .map(|c| format!("{}: {}", c.path, c.message))
             .collect();
-        record.collection_errors = log
-            .collect_errors
+        record.collection_errors = runs
             .iter()
+            .flat_map(|part| &part.run.log.collect_errors)
             .map(|(id, kind)| {
                 let id = if id.is_empty() {
                     "<session>"
@@ -643,38 +721,47 @@ impl Grader {
                 format!("{id}: {kind}")
             })
             .collect();
+        let timed_out = runs
+            .iter()
+            .any(|part| part.run.report.status == RunStatus::TimedOut);
         record.verdict = if timed_out {
             Verdict::Timeout
         } else {
             Verdict::Graded
         };
         let mut notes = Vec::new();
-        if timed_out {
-            let running = log
-                .running_when_stopped()
-                .map(|id| format!(" while running {id}"))
-                .unwrap_or_default();
+        for part in runs {
+            let log = &part.run.log;
+            let report = &part.run.report;
+            if report.status == RunStatus::TimedOut {
+                let running = log
+                    .running_when_stopped()
+                    .map(|id| format!(" while running {id}"))
+                    .unwrap_or_default();
+                notes.push(format!(
+                    "{} passed its {:.0} s bound{running}; unfinished tests count as failed",
+                    label(part),
+                    record.provenance.test_timeout_s
+                ));
+            } else if !log.finished {
+                notes.push(format!(
+                    "the test process of {} ended before pytest finished ({}); unfinished tests count as errors",
+                    label(part),
+                    match &report.status {
+                        RunStatus::Exited { code } => format!("exit code {code}"),
+                        RunStatus::Signaled { signal } => format!("signal {signal}"),
+                        other => other.name().to_string(),
+                    }
+                ));
+            }
+        }
+        let oom_kills: u64 = runs.iter().map(|part| part.run.report.oom_kills).sum();
+        if oom_kills > 0 {
             notes.push(format!(
-                "the test run passed its {:.0} s bound{running}; unfinished tests count as failed",
-                record.provenance.test_timeout_s
-            ));
-        } else if !log.finished {
-            notes.push(format!(
-                "the test process ended before pytest finished ({}); unfinished tests count as errors",
-                match &report.status {
-                    RunStatus::Exited { code } => format!("exit code {code}"),
-                    RunStatus::Signaled { signal } => format!("signal {signal}"),
-                    other => other.name().to_string(),
-                }
+                "{oom_kills} process(es) of the run were stopped at the memory bound"
             ));
         }
-        if report.oom_kills > 0 {
-            notes.push(format!(
-                "{} process(es) of the run were stopped at the memory bound",
-                report.oom_kills
-            ));
-        }
-        if report.output_truncated {
+        if runs.iter().any(|part| part.run.report.output_truncated) {
             notes.push(format!(
                 "test output was cut after {} bytes",
                 self.settings.limits.max_output_bytes
@@ -817,6 +904,7 @@ fn tree_facts(
         compile,
         test_files,
         conftests,
+        hidden: Vec::new(),
     }
 }
 

@@ -60,6 +60,9 @@ pub struct TreeFacts {
     pub test_files: Vec<String>,
     /// Pristine `conftest.py` files with their SHA-256.
     pub conftests: Vec<(String, String)>,
+    /// The hidden test files in the tree, which code of the repository must
+    /// not read (empty when the run has none).
+    pub hidden: Vec<String>,
 }
 
 /// The result of one pytest run.
@@ -172,6 +175,7 @@ pub fn run_pytest(
         "compile": facts.compile,
         "test_files": facts.test_files,
         "conftests": facts.conftests.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "hidden": facts.hidden,
         "args": args,
     });
     let mut limits = limits.clone();

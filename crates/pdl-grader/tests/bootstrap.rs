@@ -18,7 +18,7 @@ def walk(code):
             yield from walk(const)
 
 bad = []
-for name in ("_vault", "_auditor", "_guardian"):
+for name in ("_vault", "_auditor", "_guardian", "_hidden_guard"):
     for code in walk(getattr(module, name).__code__):
         for ins in dis.get_instructions(code):
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "IMPORT_NAME", "DELETE_GLOBAL"):

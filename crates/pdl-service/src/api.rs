@@ -19,6 +19,32 @@ pub struct WhoAmI {
     pub name: String,
     /// `admin` or `submitter`.
     pub role: String,
+    /// The key's quotas.
+    pub quotas: QuotaInfo,
+    /// What the key was charged in the last 24 hours.
+    pub used: Usage,
+}
+
+/// A key's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaInfo {
+    /// Runs a day.
+    pub runs_per_day: i64,
+    /// Predictions in one run.
+    pub predictions_per_run: i64,
+    /// Bytes of predictions and datasets a day.
+    pub upload_bytes_per_day: i64,
+    /// Requests a minute.
+    pub requests_per_minute: i64,
+}
+
+/// What a key was charged in the quota window (deleting refunds nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Runs started.
+    pub runs: i64,
+    /// Bytes uploaded.
+    pub bytes: i64,
 }
 
 /// A dataset as listed.
@@ -119,6 +145,9 @@ pub struct RunReport {
 /// One row of `GET /api/datasets/{name}/leaderboard`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaderboardRow {
+    /// The name of the key that submitted these runs (rows are per key and
+    /// model).
+    pub submitter: String,
     /// The model (`model_name_or_path`).
     pub model: String,
     /// Mean reward over its records (harness errors left out).

@@ -59,10 +59,11 @@ pub fn random_hex(bytes: usize) -> String {
 
 /// The schema, one migration per entry (version, statements). Types are
 /// those both databases accept: TEXT, BIGINT, DOUBLE PRECISION.
-pub const MIGRATIONS: &[(i64, &[&str])] = &[(
-    1,
-    &[
-        "CREATE TABLE api_keys (
+pub const MIGRATIONS: &[(i64, &[&str])] = &[
+    (
+        1,
+        &[
+            "CREATE TABLE api_keys (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL UNIQUE,
             role TEXT NOT NULL,
@@ -72,7 +73,7 @@ pub const MIGRATIONS: &[(i64, &[&str])] = &[(
             predictions_per_run BIGINT NOT NULL,
             upload_bytes_per_day BIGINT NOT NULL,
             requests_per_minute BIGINT NOT NULL)",
-        "CREATE TABLE datasets (
+            "CREATE TABLE datasets (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL UNIQUE,
             file TEXT NOT NULL,
@@ -81,11 +82,11 @@ pub const MIGRATIONS: &[(i64, &[&str])] = &[(
             created_by TEXT NOT NULL,
             created_at BIGINT NOT NULL,
             bytes BIGINT NOT NULL)",
-        "CREATE TABLE dataset_grants (
+            "CREATE TABLE dataset_grants (
             dataset_id TEXT NOT NULL,
             key_id TEXT NOT NULL,
             PRIMARY KEY (dataset_id, key_id))",
-        "CREATE TABLE runs (
+            "CREATE TABLE runs (
             id TEXT PRIMARY KEY,
             key_id TEXT NOT NULL,
             dataset_id TEXT NOT NULL,
@@ -93,8 +94,8 @@ pub const MIGRATIONS: &[(i64, &[&str])] = &[(
             bytes BIGINT NOT NULL,
             total BIGINT NOT NULL,
             finished_at BIGINT)",
-        "CREATE INDEX runs_by_key ON runs (key_id, created_at)",
-        "CREATE TABLE jobs (
+            "CREATE INDEX runs_by_key ON runs (key_id, created_at)",
+            "CREATE TABLE jobs (
             id TEXT PRIMARY KEY,
             run_id TEXT NOT NULL,
             seq BIGINT NOT NULL,
@@ -105,8 +106,8 @@ pub const MIGRATIONS: &[(i64, &[&str])] = &[(
             lease_until BIGINT NOT NULL,
             attempts BIGINT NOT NULL,
             UNIQUE (run_id, seq))",
-        "CREATE INDEX jobs_by_state ON jobs (state, lease_until)",
-        "CREATE TABLE results (
+            "CREATE INDEX jobs_by_state ON jobs (state, lease_until)",
+            "CREATE TABLE results (
             run_id TEXT NOT NULL,
             seq BIGINT NOT NULL,
             instance_id TEXT NOT NULL,
@@ -116,8 +117,63 @@ pub const MIGRATIONS: &[(i64, &[&str])] = &[(
             record TEXT NOT NULL,
             created_at BIGINT NOT NULL,
             PRIMARY KEY (run_id, seq))",
-    ],
-)];
+        ],
+    ),
+    (
+        2,
+        &[
+            // What each key has used, never refunded: deleting a run or a
+            // dataset leaves its charge here, and quota checks read only this.
+            "CREATE TABLE usage (
+            id TEXT PRIMARY KEY,
+            key_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            amount BIGINT NOT NULL,
+            created_at BIGINT NOT NULL)",
+            "CREATE INDEX usage_by_key ON usage (key_id, kind, created_at)",
+            "INSERT INTO usage (id, key_id, kind, amount, created_at)
+            SELECT 'run-' || id, key_id, 'run', 1, created_at FROM runs",
+            "INSERT INTO usage (id, key_id, kind, amount, created_at)
+            SELECT 'run-bytes-' || id, key_id, 'bytes', bytes, created_at FROM runs",
+            "INSERT INTO usage (id, key_id, kind, amount, created_at)
+            SELECT 'dataset-bytes-' || id, created_by, 'bytes', bytes, created_at FROM datasets",
+            // The leaderboard's rows: kept when a submitter deletes a run, so
+            // no one keeps only their best runs on the board.
+            "CREATE TABLE scores (
+            run_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            run_created_at BIGINT NOT NULL,
+            dataset_id TEXT NOT NULL,
+            key_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            reward DOUBLE PRECISION NOT NULL,
+            verdict TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            PRIMARY KEY (run_id, seq))",
+            "CREATE INDEX scores_by_dataset ON scores (dataset_id)",
+            "INSERT INTO scores (run_id, seq, run_created_at, dataset_id, key_id, model, reward, verdict, created_at)
+            SELECT res.run_id, res.seq, r.created_at, r.dataset_id, r.key_id, res.model, res.reward, res.verdict, res.created_at
+            FROM results res JOIN runs r ON r.id = res.run_id",
+        ],
+    ),
+];
+
+/// The window quotas count over: a day, in milliseconds.
+pub const QUOTA_WINDOW_MS: i64 = 86_400_000;
+
+/// What one request would use of its key's quotas.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Charge {
+    /// Runs started.
+    pub runs: i64,
+    /// Bytes uploaded.
+    pub bytes: i64,
+}
+
+/// A request that would take its key over a quota; the message says which.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("quota: {0}")]
+pub struct QuotaExceeded(pub String);
 
 /// Which database a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +327,9 @@ pub struct StoredResult {
 /// One row of a leaderboard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoardRow {
+    /// The name of the key whose runs these are: one submitter's model name
+    /// never merges into another's row.
+    pub submitter: String,
     /// The model.
     pub model: String,
     /// Records of it.
@@ -286,7 +345,11 @@ pub struct BoardRow {
 pub struct Db {
     pool: AnyPool,
     backend: Backend,
+    publish_every_ms: i64,
 }
+
+/// How often, by default, a submitter's view of a run moves on (ms).
+pub const DEFAULT_PUBLISH_EVERY_MS: i64 = 10_000;
 
 impl Db {
     /// Connects to `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and
@@ -306,7 +369,11 @@ impl Db {
             .connect(url)
             .await
             .ctx("connect")?;
-        let db = Db { pool, backend };
+        let db = Db {
+            pool,
+            backend,
+            publish_every_ms: DEFAULT_PUBLISH_EVERY_MS,
+        };
         if backend == Backend::Sqlite {
             sqlx::query("PRAGMA journal_mode=WAL")
                 .execute(&db.pool)
@@ -320,6 +387,26 @@ impl Db {
     /// Which database this is.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Sets how often a submitter's view of a run moves on: a record stored
+    /// at `t` shows from the first multiple of `every_ms` after the run's
+    /// start that is not before `t`. When a record appears then tells its
+    /// grading's time only to that step (a test run's time is a channel out
+    /// of the hidden tests); admins see every record at once.
+    pub fn with_publish_every(mut self, every_ms: i64) -> Db {
+        self.publish_every_ms = every_ms.max(1);
+        self
+    }
+
+    /// The latest storing time of the records `key` may see of a run that
+    /// started at `created_at`, at `now`.
+    pub fn visible_until(&self, key: &KeyRow, created_at: i64, now: i64) -> i64 {
+        if key.role == Role::Admin {
+            return i64::MAX;
+        }
+        let every = self.publish_every_ms;
+        created_at + (now - created_at).max(0) / every * every
     }
 
     async fn migrate(&self) -> Result<(), DbError> {
@@ -462,8 +549,13 @@ impl Db {
         created_by: &str,
         bytes: i64,
         grants: &[KeyRow],
-    ) -> Result<(), DbError> {
+        charged_to: &KeyRow,
+    ) -> Result<Result<(), QuotaExceeded>, DbError> {
         let mut tx = self.pool.begin().await.ctx("begin")?;
+        if let Err(quota) = Self::charge(&mut tx, charged_to, Charge { runs: 0, bytes }).await? {
+            tx.rollback().await.ctx("roll back dataset")?;
+            return Ok(Err(quota));
+        }
         sqlx::query(
             "INSERT INTO datasets (id, name, file, tasks, public_ladders, created_by, created_at, bytes)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -487,7 +579,8 @@ impl Db {
                 .await
                 .ctx("grant dataset")?;
         }
-        tx.commit().await.ctx("commit dataset")
+        tx.commit().await.ctx("commit dataset")?;
+        Ok(Ok(()))
     }
 
     /// True when a dataset has this name.
@@ -594,56 +687,113 @@ impl Db {
 
     // ---- quotas ----
 
-    /// Runs `key` started since `since_ms`.
-    pub async fn runs_since(&self, key: &KeyRow, since_ms: i64) -> Result<i64, DbError> {
-        sqlx::query("SELECT COUNT(*) AS n FROM runs WHERE key_id = $1 AND created_at >= $2")
-            .bind(&key.id)
-            .bind(since_ms)
-            .fetch_one(&self.pool)
-            .await
-            .ctx("count runs")?
-            .try_get("n")
-            .ctx("count runs")
+    /// What `key` used of `kind` (`run` or `bytes`) since `since_ms`.
+    async fn used_since<'c, E>(
+        executor: E,
+        key: &KeyRow,
+        kind: &str,
+        since_ms: i64,
+    ) -> Result<i64, DbError>
+    where
+        E: sqlx::Executor<'c, Database = sqlx::Any>,
+    {
+        sqlx::query(
+            "SELECT COALESCE(CAST(SUM(amount) AS BIGINT), 0) AS n FROM usage
+             WHERE key_id = $1 AND kind = $2 AND created_at >= $3",
+        )
+        .bind(&key.id)
+        .bind(kind)
+        .bind(since_ms)
+        .fetch_one(executor)
+        .await
+        .ctx("count usage")?
+        .try_get("n")
+        .ctx("count usage")
     }
 
-    /// Bytes `key` uploaded (predictions and datasets) since `since_ms`.
-    pub async fn bytes_since(&self, key: &KeyRow, since_ms: i64) -> Result<i64, DbError> {
-        let mut total = 0;
-        for table in ["runs", "datasets"] {
-            let column = if table == "runs" {
-                "key_id"
-            } else {
-                "created_by"
-            };
-            let sql = format!(
-                "SELECT COALESCE(CAST(SUM(bytes) AS BIGINT), 0) AS n FROM {table} WHERE {column} = $1 AND created_at >= $2"
-            );
-            let n: i64 = sqlx::query(&sql)
-                .bind(&key.id)
-                .bind(since_ms)
-                .fetch_one(&self.pool)
-                .await
-                .ctx("count bytes")?
-                .try_get("n")
-                .ctx("count bytes")?;
-            total += n;
+    /// Runs `key` started in the quota window.
+    pub async fn runs_used(&self, key: &KeyRow) -> Result<i64, DbError> {
+        Self::used_since(&self.pool, key, "run", now_ms() - QUOTA_WINDOW_MS).await
+    }
+
+    /// Bytes `key` uploaded (predictions and datasets) in the quota window.
+    pub async fn bytes_used(&self, key: &KeyRow) -> Result<i64, DbError> {
+        Self::used_since(&self.pool, key, "bytes", now_ms() - QUOTA_WINDOW_MS).await
+    }
+
+    /// Charges `charge` to `key` inside `tx`, or says which quota it would
+    /// exceed. The key's row is written first: that takes PostgreSQL's row
+    /// lock and SQLite's write lock until the transaction ends, so two
+    /// requests of one key are charged one after the other and never both
+    /// pass a check meant for one.
+    async fn charge(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        key: &KeyRow,
+        charge: Charge,
+    ) -> Result<Result<(), QuotaExceeded>, DbError> {
+        sqlx::query("UPDATE api_keys SET runs_per_day = runs_per_day WHERE id = $1")
+            .bind(&key.id)
+            .execute(&mut **tx)
+            .await
+            .ctx("lock key")?;
+        let since = now_ms() - QUOTA_WINDOW_MS;
+        if charge.runs > 0 {
+            let used = Self::used_since(&mut **tx, key, "run", since).await?;
+            if used + charge.runs > key.quotas.runs_per_day {
+                return Ok(Err(QuotaExceeded(format!(
+                    "this key may start {} runs a day and has started {used}",
+                    key.quotas.runs_per_day
+                ))));
+            }
         }
-        Ok(total)
+        if charge.bytes > 0 {
+            let used = Self::used_since(&mut **tx, key, "bytes", since).await?;
+            if used + charge.bytes > key.quotas.upload_bytes_per_day {
+                return Ok(Err(QuotaExceeded(format!(
+                    "this key may upload {} bytes a day; {used} used, this upload is {}",
+                    key.quotas.upload_bytes_per_day, charge.bytes
+                ))));
+            }
+        }
+        let now = now_ms();
+        for (kind, amount) in [("run", charge.runs), ("bytes", charge.bytes)] {
+            if amount == 0 {
+                continue;
+            }
+            sqlx::query(
+                "INSERT INTO usage (id, key_id, kind, amount, created_at) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(random_hex(12))
+            .bind(&key.id)
+            .bind(kind)
+            .bind(amount)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .ctx("record usage")?;
+        }
+        Ok(Ok(()))
     }
 
     // ---- runs and jobs ----
 
     /// Stores a run and one queued job per entry, in one transaction.
+    /// The run is charged to the key's quotas (one run, `bytes`) in the same
+    /// transaction; nothing is stored when a quota would be exceeded.
     pub async fn create_run(
         &self,
         key: &KeyRow,
         dataset_id: &str,
         bytes: i64,
         entries: &[String],
-    ) -> Result<String, DbError> {
+    ) -> Result<Result<String, QuotaExceeded>, DbError> {
         let id = random_hex(12);
         let now = now_ms();
         let mut tx = self.pool.begin().await.ctx("begin")?;
+        if let Err(quota) = Self::charge(&mut tx, key, Charge { runs: 1, bytes }).await? {
+            tx.rollback().await.ctx("roll back run")?;
+            return Ok(Err(quota));
+        }
         sqlx::query(
             "INSERT INTO runs (id, key_id, dataset_id, created_at, bytes, total, finished_at)
              VALUES ($1, $2, $3, $4, $5, $6, NULL)",
@@ -672,28 +822,36 @@ impl Db {
             .ctx("queue job")?;
         }
         tx.commit().await.ctx("commit run")?;
-        Ok(id)
+        Ok(Ok(id))
     }
 
-    async fn run_from_row(&self, row: &AnyRow) -> Result<RunRow, DbError> {
+    async fn run_from_row(&self, row: &AnyRow, key: &KeyRow) -> Result<RunRow, DbError> {
         let id: String = row.try_get("id").ctx("read run")?;
-        let counts =
-            sqlx::query("SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = $1 GROUP BY state")
-                .bind(&id)
-                .fetch_all(&self.pool)
-                .await
-                .ctx("count jobs")?;
+        let created_at: i64 = row.try_get("created_at").ctx("read run")?;
+        let until = self.visible_until(key, created_at, now_ms());
         let mut running = 0;
-        for c in &counts {
-            let state: String = c.try_get("state").ctx("count jobs")?;
-            if state == "running" {
-                running = c.try_get("n").ctx("count jobs")?;
+        // Which job is being graded tells when the one before it ended: only
+        // admins see it.
+        if key.role == Role::Admin {
+            let counts = sqlx::query(
+                "SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = $1 GROUP BY state",
+            )
+            .bind(&id)
+            .fetch_all(&self.pool)
+            .await
+            .ctx("count jobs")?;
+            for c in &counts {
+                let state: String = c.try_get("state").ctx("count jobs")?;
+                if state == "running" {
+                    running = c.try_get("n").ctx("count jobs")?;
+                }
             }
         }
         let verdict_rows = sqlx::query(
-            "SELECT verdict, COUNT(*) AS n FROM results WHERE run_id = $1 GROUP BY verdict",
+            "SELECT verdict, COUNT(*) AS n FROM results WHERE run_id = $1 AND created_at <= $2 GROUP BY verdict",
         )
         .bind(&id)
+        .bind(until)
         .fetch_all(&self.pool)
         .await
         .ctx("count results")?;
@@ -705,9 +863,10 @@ impl Db {
             verdicts.insert(v.try_get("verdict").ctx("count results")?, n);
         }
         let mean: Option<f64> = sqlx::query(
-            "SELECT AVG(reward) AS m FROM results WHERE run_id = $1 AND verdict <> 'harness_error'",
+            "SELECT AVG(reward) AS m FROM results WHERE run_id = $1 AND created_at <= $2 AND verdict <> 'harness_error'",
         )
         .bind(&id)
+        .bind(until)
         .fetch_one(&self.pool)
         .await
         .ctx("mean reward")?
@@ -718,8 +877,15 @@ impl Db {
             key_name: row.try_get("key_name").ctx("read run")?,
             dataset: row.try_get("dataset").ctx("read run")?,
             dataset_id: row.try_get("dataset_id").ctx("read run")?,
-            created_at: row.try_get("created_at").ctx("read run")?,
-            finished_at: row.try_get("finished_at").ctx("read run")?,
+            created_at,
+            finished_at: if key.role == Role::Admin {
+                row.try_get("finished_at").ctx("read run")?
+            } else {
+                row.try_get::<Option<i64>, _>("finished_at")
+                    .ctx("read run")?
+                    .filter(|at| *at <= until)
+                    .map(|_| until)
+            },
             total: row.try_get("total").ctx("read run")?,
             done,
             running,
@@ -747,7 +913,7 @@ impl Db {
             .ctx("list runs")?;
         let mut out = Vec::new();
         for row in &rows {
-            out.push(self.run_from_row(row).await?);
+            out.push(self.run_from_row(row, key).await?);
         }
         Ok(out)
     }
@@ -766,18 +932,22 @@ impl Db {
             .await
             .ctx("find run")?;
         match row {
-            Some(row) => Ok(Some(self.run_from_row(&row).await?)),
+            Some(row) => Ok(Some(self.run_from_row(&row, key).await?)),
             None => Ok(None),
         }
     }
 
-    /// The records of run `id`, in submission order.
-    pub async fn results(&self, run_id: &str) -> Result<Vec<StoredResult>, DbError> {
-        let rows = sqlx::query("SELECT seq, record FROM results WHERE run_id = $1 ORDER BY seq")
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .ctx("read results")?;
+    /// The records of run `run` that `key` may see now, in submission order.
+    pub async fn results(&self, key: &KeyRow, run: &RunRow) -> Result<Vec<StoredResult>, DbError> {
+        let until = self.visible_until(key, run.created_at, now_ms());
+        let rows = sqlx::query(
+            "SELECT seq, record FROM results WHERE run_id = $1 AND created_at <= $2 ORDER BY seq",
+        )
+        .bind(&run.id)
+        .bind(until)
+        .fetch_all(&self.pool)
+        .await
+        .ctx("read results")?;
         rows.iter()
             .map(|r| {
                 Ok(StoredResult {
@@ -790,14 +960,19 @@ impl Db {
     }
 
     /// Deletes run `id` with its jobs and records (a worker grading one of
-    /// its jobs then finds the job gone and stores nothing).
-    pub async fn delete_run(&self, id: &str) -> Result<(), DbError> {
+    /// its jobs then finds the job gone and stores nothing). Its scores stay
+    /// on the leaderboard unless `with_scores` (an admin's deletion).
+    pub async fn delete_run(&self, id: &str, with_scores: bool) -> Result<(), DbError> {
         let mut tx = self.pool.begin().await.ctx("begin")?;
-        for sql in [
+        let mut statements = vec![
             "DELETE FROM jobs WHERE run_id = $1",
             "DELETE FROM results WHERE run_id = $1",
             "DELETE FROM runs WHERE id = $1",
-        ] {
+        ];
+        if with_scores {
+            statements.push("DELETE FROM scores WHERE run_id = $1");
+        }
+        for sql in statements {
             sqlx::query(sql)
                 .bind(id)
                 .execute(&mut *tx)
@@ -927,6 +1102,22 @@ impl Db {
         .await
         .ctx("store result")?
         .rows_affected();
+        if stored == 1 {
+            sqlx::query(
+                "INSERT INTO scores (run_id, seq, run_created_at, dataset_id, key_id, model, reward, verdict, created_at)
+                 SELECT $1, $2, r.created_at, r.dataset_id, r.key_id, $3, $4, $5, $6 FROM runs r WHERE r.id = $1
+                 ON CONFLICT (run_id, seq) DO NOTHING",
+            )
+            .bind(&job.run_id)
+            .bind(job.seq)
+            .bind(model)
+            .bind(reward)
+            .bind(verdict)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .ctx("store score")?;
+        }
         sqlx::query(
             "UPDATE runs SET finished_at = $1 WHERE id = $2 AND finished_at IS NULL
              AND NOT EXISTS (SELECT 1 FROM jobs WHERE run_id = $2 AND state <> 'done')",
@@ -940,15 +1131,32 @@ impl Db {
         Ok(stored == 1)
     }
 
-    /// Per model, the mean reward over every record of dataset `dataset_id`.
-    pub async fn leaderboard(&self, dataset_id: &str) -> Result<Vec<BoardRow>, DbError> {
+    /// Per submitting key and model, the mean reward over every score of
+    /// dataset `dataset_id` that `viewer` may see now: a submitter sees a
+    /// score when it could see its record (the publication step), an admin
+    /// at once.
+    pub async fn leaderboard(
+        &self,
+        dataset_id: &str,
+        viewer: &KeyRow,
+    ) -> Result<Vec<BoardRow>, DbError> {
+        let every = if viewer.role == Role::Admin {
+            1
+        } else {
+            self.publish_every_ms
+        };
         let rows = sqlx::query(
-            "SELECT res.model AS model, COUNT(*) AS records, COUNT(DISTINCT res.run_id) AS runs,
-                    AVG(CASE WHEN res.verdict <> 'harness_error' THEN res.reward END) AS mean_reward
-             FROM results res JOIN runs r ON r.id = res.run_id
-             WHERE r.dataset_id = $1 GROUP BY res.model",
+            "SELECT k.name AS submitter, s.model AS model, COUNT(*) AS records,
+                    COUNT(DISTINCT s.run_id) AS runs,
+                    AVG(CASE WHEN s.verdict <> 'harness_error' THEN s.reward END) AS mean_reward
+             FROM scores s JOIN api_keys k ON k.id = s.key_id
+             WHERE s.dataset_id = $1
+               AND s.created_at <= s.run_created_at + (($2 - s.run_created_at) / $3) * $3
+             GROUP BY k.name, s.model",
         )
         .bind(dataset_id)
+        .bind(now_ms())
+        .bind(every)
         .fetch_all(&self.pool)
         .await
         .ctx("leaderboard")?;
@@ -956,6 +1164,7 @@ impl Db {
             .iter()
             .map(|r| {
                 Ok(BoardRow {
+                    submitter: r.try_get("submitter")?,
                     model: r.try_get("model")?,
                     records: r.try_get("records")?,
                     runs: r.try_get("runs")?,
@@ -969,6 +1178,7 @@ impl Db {
                 .unwrap_or(-1.0)
                 .total_cmp(&a.mean_reward.unwrap_or(-1.0))
                 .then_with(|| a.model.cmp(&b.model))
+                .then_with(|| a.submitter.cmp(&b.submitter))
         });
         Ok(board)
     }
@@ -1011,19 +1221,21 @@ mod tests {
             let db = Db::open(&url).await.unwrap();
             // Opening again applies nothing twice.
             let again = Db::open(&url).await.unwrap();
-            assert_eq!(again.applied_migrations().await.unwrap(), vec![1]);
+            assert_eq!(again.applied_migrations().await.unwrap(), vec![1, 2]);
             let id = db
                 .create_key("k", Role::Submitter, "hash", Quotas::default())
                 .await
                 .unwrap();
             let key = db.key_by_hash("hash").await.unwrap().unwrap();
             assert_eq!(key.id, id);
-            db.create_dataset("d1", "d", "datasets/d1.jsonl", 1, false, &id, 10, &[])
+            db.create_dataset("d1", "d", "datasets/d1.jsonl", 1, false, &id, 10, &[], &key)
                 .await
+                .unwrap()
                 .unwrap();
             let run = db
                 .create_run(&key, "d1", 5, &["{}".to_string()])
                 .await
+                .unwrap()
                 .unwrap();
 
             let first = db.claim("a", 60_000).await.unwrap().expect("a claims");
@@ -1054,17 +1266,108 @@ mod tests {
                 .await
                 .unwrap());
             assert!(db.claim("d", 60_000).await.unwrap().is_none(), "done");
-            let results = db.results(&run).await.unwrap();
+            // The submitter's view moves on in steps of 10 s by default.
+            let row = db.run_for(&key, &run).await.unwrap().unwrap();
+            assert_eq!(row.done, 0);
+            assert!(db.results(&key, &row).await.unwrap().is_empty());
+            let db = db.with_publish_every(1);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let row = db.run_for(&key, &row.id).await.unwrap().unwrap();
+            let results = db.results(&key, &row).await.unwrap();
             assert_eq!(results.len(), 1);
             assert_eq!(results[0].record, "{\"c\":1}");
             let row = db.run_for(&key, &run).await.unwrap().unwrap();
             assert_eq!((row.total, row.done, row.running), (1, 1, 0));
             assert!(row.finished_at.is_some());
             assert_eq!(row.mean_reward, Some(0.2));
-            assert_eq!(db.leaderboard("d1").await.unwrap()[0].records, 1);
-            db.delete_run(&run).await.unwrap();
+            assert_eq!(db.leaderboard("d1", &key).await.unwrap()[0].records, 1);
+            db.delete_run(&run, false).await.unwrap();
             assert!(db.result_keys().await.unwrap().is_empty());
+            // The submitter's deletion leaves the score on the board.
+            assert_eq!(db.leaderboard("d1", &key).await.unwrap()[0].records, 1);
             assert!(db.run_for(&key, &run).await.unwrap().is_none());
+            // Deleting refunds nothing.
+            assert_eq!(db.runs_used(&key).await.unwrap(), 1);
+            assert_eq!(db.bytes_used(&key).await.unwrap(), 15);
+        });
+    }
+
+    /// Many requests of one key at once: exactly as many pass as the quota
+    /// allows, for runs and for bytes, and deleting gives nothing back.
+    #[test]
+    fn concurrent_requests_of_one_key_never_pass_a_quota_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+            let db = Db::open(&url).await.unwrap();
+            let quotas = Quotas {
+                runs_per_day: 3,
+                upload_bytes_per_day: 1_000,
+                ..Quotas::default()
+            };
+            db.create_key("k", Role::Submitter, "hash", quotas)
+                .await
+                .unwrap();
+            let key = db.key_by_hash("hash").await.unwrap().unwrap();
+            let race = |bytes: i64| {
+                let tasks: Vec<_> = (0..12)
+                    .map(|_| {
+                        let (db, key) = (db.clone(), key.clone());
+                        tokio::spawn(async move {
+                            db.create_run(&key, "d", bytes, &["{}".to_string()])
+                                .await
+                                .unwrap()
+                        })
+                    })
+                    .collect();
+                async move {
+                    let mut passed = Vec::new();
+                    for t in tasks {
+                        if let Ok(id) = t.await.unwrap() {
+                            passed.push(id);
+                        }
+                    }
+                    passed
+                }
+            };
+            let passed = race(1).await;
+            assert_eq!(passed.len(), 3, "runs a day");
+            for id in &passed {
+                db.delete_run(id, false).await.unwrap();
+            }
+            let err = db
+                .create_run(&key, "d", 1, &["{}".to_string()])
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert!(err.0.contains("has started 3"), "{err}");
+
+            db.create_key("b", Role::Admin, "hash-b", quotas)
+                .await
+                .unwrap();
+            let admin = db.key_by_hash("hash-b").await.unwrap().unwrap();
+            let uploads: Vec<_> = (0..10)
+                .map(|i| {
+                    let (db, admin) = (db.clone(), admin.clone());
+                    tokio::spawn(async move {
+                        let id = format!("d{i}");
+                        db.create_dataset(&id, &id, "f", 1, false, &admin.id, 300, &[], &admin)
+                            .await
+                            .unwrap()
+                    })
+                })
+                .collect();
+            let mut stored = 0;
+            for u in uploads {
+                stored += u.await.unwrap().is_ok() as i64;
+            }
+            assert_eq!(stored, 3, "300 bytes each under 1,000 a day");
+            assert_eq!(db.bytes_used(&admin).await.unwrap(), 900);
         });
     }
 }

@@ -16,6 +16,29 @@ pub fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
+/// `text` with everything shaped like a key (the prefix and the hex digits
+/// after it) replaced by `pdlk_<redacted>`: for log lines and error messages
+/// that repeat what a client sent, in case a key was sent where it does not
+/// belong (a URL path).
+pub fn redact_keys(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY_PREFIX) {
+        let after = &rest[at + KEY_PREFIX.len()..];
+        let digits = after
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .unwrap_or(after.len());
+        out.push_str(&rest[..at]);
+        out.push_str(KEY_PREFIX);
+        if digits > 0 {
+            out.push_str("<redacted>");
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -28,5 +51,17 @@ mod tests {
         assert!(a.starts_with(KEY_PREFIX) && a.len() == KEY_PREFIX.len() + 64);
         assert_eq!(hash_key(&a).len(), 64);
         assert!(!hash_key(&a).contains(&a[KEY_PREFIX.len()..]));
+    }
+
+    #[test]
+    fn keys_in_text_are_redacted() {
+        let key = new_key();
+        let line = format!("GET /{key}/x?{key} run `{key}` pdlk_ pdlk_zz");
+        let red = redact_keys(&line);
+        assert!(!red.contains(&key[KEY_PREFIX.len()..]), "{red}");
+        assert_eq!(
+            red,
+            "GET /pdlk_<redacted>/x?pdlk_<redacted> run `pdlk_<redacted>` pdlk_ pdlk_zz"
+        );
     }
 }

@@ -21,15 +21,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use pdl_grader::predictions::parse_predictions;
+use pdl_grader::predictions::{parse_predictions, PredictionEntry};
 use pdl_grader::{Grader, ResultRecord};
 use serde::Deserialize;
 
 use crate::api::{
-    rfc3339, ApiError, DatasetDetail, DatasetInfo, Health, LeaderboardRow, RunInfo, RunReport,
-    WhoAmI,
+    rfc3339, ApiError, DatasetDetail, DatasetInfo, Health, LeaderboardRow, QuotaInfo, RunInfo,
+    RunReport, Usage, WhoAmI,
 };
-use crate::db::{now_ms, random_hex, DatasetRow, Db, DbError, KeyRow, Quotas, Role, RunRow};
+use crate::db::{random_hex, DatasetRow, Db, DbError, KeyRow, Quotas, Role, RunRow};
 use crate::keys::hash_key;
 use crate::store::{
     agent_view_tar, read_upload, write_canonical, TaskCache, UploadError, UploadFormat,
@@ -89,6 +89,9 @@ pub enum LogEvent {
 /// Where the service's events go.
 pub type Log = dyn Fn(LogEvent) + Send + Sync;
 
+/// The longest model name a run may carry.
+pub const MAX_MODEL_NAME_BYTES: usize = 200;
+
 /// Bounds on requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -140,6 +143,9 @@ pub struct ServeConfig {
     pub lease: Duration,
     /// How often an idle worker looks for work.
     pub poll: Duration,
+    /// How often a submitter's view of a run moves on (see
+    /// [`Db::with_publish_every`]).
+    pub publish_every: Duration,
 }
 
 /// Why the service could not start or went down.
@@ -238,10 +244,12 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let db = runtime.block_on(Db::open(&database_url(
-        &data_dir,
-        config.database.as_deref(),
-    )))?;
+    let db = runtime
+        .block_on(Db::open(&database_url(
+            &data_dir,
+            config.database.as_deref(),
+        )))?
+        .with_publish_every(config.publish_every.as_millis().min(i64::MAX as u128) as i64);
     let listener = std::net::TcpListener::bind(config.listen)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|source| ServeError::Listen {
@@ -347,7 +355,9 @@ impl From<DbError> for Failure {
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        (self.0, Json(ApiError { error: self.1 })).into_response()
+        // Messages may repeat what the client sent (a run ID in the path).
+        let error = crate::keys::redact_keys(&self.1);
+        (self.0, Json(ApiError { error })).into_response()
     }
 }
 
@@ -387,8 +397,7 @@ fn router(state: Shared, log: Arc<Log>) -> Router {
         .layer(DefaultBodyLimit::max(limits.max_other_bytes))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
             let log = log.clone();
-            let timeout = limits.request_timeout;
-            async move { logged(req, next, timeout, &*log).await }
+            async move { logged(req, next, limits, &*log).await }
         }))
         .with_state(state)
 }
@@ -397,20 +406,61 @@ fn router(state: Shared, log: Arc<Log>) -> Router {
 async fn logged(
     req: Request,
     next: Next,
-    timeout: Duration,
+    limits: Limits,
     log: &(dyn Fn(LogEvent) + Send + Sync),
 ) -> Response {
     let started = Instant::now();
     let method = req.method().to_string();
-    let path = req.uri().path().to_string();
-    let mut response = match tokio::time::timeout(timeout, next.run(req)).await {
-        Ok(r) => r,
-        Err(_) => Failure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the request took longer than {} s", timeout.as_secs()),
-        )
-        .into_response(),
+    // A key sent in the path (where it does not belong) is not logged.
+    let path = crate::keys::redact_keys(req.uri().path());
+    let body_limit = match (req.method(), path.as_str()) {
+        (&axum::http::Method::POST, "/api/datasets") => limits.max_dataset_bytes,
+        (&axum::http::Method::POST, "/api/runs") => limits.max_predictions_bytes,
+        _ => limits.max_other_bytes,
     };
+    let too_large = || {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than this request's {body_limit} bytes"),
+        )
+        .into_response()
+    };
+    // A declared length over the bound is refused before a byte of the body
+    // is read.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let mut response = if declared.is_some_and(|n| n > body_limit as u64) {
+        too_large()
+    } else {
+        match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
+            Ok(r) => r,
+            Err(_) => Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the request took longer than {} s",
+                    limits.request_timeout.as_secs()
+                ),
+            )
+            .into_response(),
+        }
+    };
+    // The body limit's own answer is plain text; every error is JSON.
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE
+        && !response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"))
+    {
+        let key = response.extensions().get::<KeyName>().cloned();
+        response = too_large();
+        if let Some(key) = key {
+            response.extensions_mut().insert(key);
+        }
+    }
     let key = response.extensions().get::<KeyName>().map(|k| k.0.clone());
     response
         .headers_mut()
@@ -440,8 +490,10 @@ async fn authenticate(State(state): State<Shared>, mut req: Request, next: Next)
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(|v| v.trim().split_once(' '))
+        // The scheme is case-insensitive (RFC 9110).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim())
         .filter(|k| !k.is_empty());
     let Some(presented) = presented else {
         return Failure::new(
@@ -529,11 +581,26 @@ async fn health() -> Json<Health> {
     })
 }
 
-async fn whoami(Extension(key): Extension<KeyRow>) -> Json<WhoAmI> {
-    Json(WhoAmI {
+async fn whoami(
+    State(state): State<Shared>,
+    Extension(key): Extension<KeyRow>,
+) -> Answer<Json<WhoAmI>> {
+    let used = Usage {
+        runs: state.db.runs_used(&key).await?,
+        bytes: state.db.bytes_used(&key).await?,
+    };
+    let q = &key.quotas;
+    Ok(Json(WhoAmI {
+        quotas: QuotaInfo {
+            runs_per_day: q.runs_per_day,
+            predictions_per_run: q.predictions_per_run,
+            upload_bytes_per_day: q.upload_bytes_per_day,
+            requests_per_minute: q.requests_per_minute,
+        },
+        used,
         name: key.name,
         role: key.role.name().into(),
-    })
+    }))
 }
 
 fn dataset_info(d: &DatasetRow, key: &KeyRow) -> DatasetInfo {
@@ -599,7 +666,6 @@ async fn upload_dataset(
             format!("`name`: a dataset called `{name}` exists"),
         ));
     }
-    check_bytes(&state, &key, body.len()).await?;
     let grant_names: Vec<String> = q
         .grants
         .as_deref()
@@ -635,16 +701,28 @@ async fn upload_dataset(
         UploadError::Io(e) => Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     })?;
     let public = q.public_ladders.unwrap_or(false);
-    if let Err(e) = state
+    match state
         .db
-        .create_dataset(&id, &name, &file, tasks, public, &key.id, bytes, &grants)
+        .create_dataset(
+            &id, &name, &file, tasks, public, &key.id, bytes, &grants, &key,
+        )
         .await
     {
-        let _ = std::fs::remove_file(state.data_dir.join(&file));
-        return Err(Failure::new(
-            StatusCode::CONFLICT,
-            format!("the dataset could not be stored: {e}"),
-        ));
+        Ok(Ok(())) => {}
+        Ok(Err(quota)) => {
+            let _ = std::fs::remove_file(state.data_dir.join(&file));
+            return Err(Failure::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                quota.to_string(),
+            ));
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(state.data_dir.join(&file));
+            return Err(Failure::new(
+                StatusCode::CONFLICT,
+                format!("the dataset could not be stored: {e}"),
+            ));
+        }
     }
     let row = state
         .db
@@ -652,21 +730,6 @@ async fn upload_dataset(
         .await?
         .ok_or_else(|| Failure::not_found("dataset"))?;
     Ok((StatusCode::CREATED, Json(dataset_info(&row, &key))))
-}
-
-/// Refuses an upload that would take `key` over its bytes per day.
-async fn check_bytes(state: &AppState, key: &KeyRow, len: usize) -> Answer<()> {
-    let used = state.db.bytes_since(key, now_ms() - 86_400_000).await?;
-    if used + len as i64 > key.quotas.upload_bytes_per_day {
-        return Err(Failure::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "quota: this key may upload {} bytes a day; {used} used, this upload is {len}",
-                key.quotas.upload_bytes_per_day
-            ),
-        ));
-    }
-    Ok(())
 }
 
 async fn dataset_for(state: &AppState, key: &KeyRow, name: &str) -> Answer<DatasetRow> {
@@ -732,10 +795,11 @@ async fn leaderboard(
     UrlPath(name): UrlPath<String>,
 ) -> Answer<Json<Vec<LeaderboardRow>>> {
     let d = dataset_for(&state, &key, &name).await?;
-    let rows = state.db.leaderboard(&d.id).await?;
+    let rows = state.db.leaderboard(&d.id, &key).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| LeaderboardRow {
+                submitter: r.submitter,
                 model: r.model,
                 mean_reward: r.mean_reward,
                 records: r.records,
@@ -784,22 +848,36 @@ async fn submit(
         .dataset
         .ok_or_else(|| Failure::bad("`dataset`: name the dataset to grade against"))?;
     let d = dataset_for(&state, &key, &name).await?;
-    let since = now_ms() - 86_400_000;
-    let runs = state.db.runs_since(&key, since).await?;
-    if runs >= key.quotas.runs_per_day {
-        return Err(Failure::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "quota: this key may start {} runs a day and has started {runs}",
-                key.quotas.runs_per_day
-            ),
-        ));
-    }
-    check_bytes(&state, &key, body.len()).await?;
     let filename = q.filename.unwrap_or_else(|| "predictions".into());
     let entries = parse_predictions(&body, &filename).map_err(Failure::bad)?;
     if entries.is_empty() {
         return Err(Failure::bad(format!("{filename}: holds no prediction")));
+    }
+    // Model names are shown to every submitter of the dataset (the
+    // leaderboard): bounded, like any name.
+    for entry in &entries {
+        if let PredictionEntry::Valid(p) = entry {
+            if p.model_name_or_path.len() > MAX_MODEL_NAME_BYTES {
+                return Err(Failure::bad(format!(
+                    "{filename}: {}: model_name_or_path is longer than {MAX_MODEL_NAME_BYTES} bytes",
+                    p.location
+                )));
+            }
+        }
+    }
+    // A file with no gradable entry at all is refused whole: it would only
+    // spend a run on invalid records. (One bad entry among good ones costs
+    // only itself, as in a local grade.)
+    if let Some(PredictionEntry::Invalid(first)) = entries
+        .iter()
+        .all(|e| matches!(e, PredictionEntry::Invalid(_)))
+        .then(|| entries.first())
+        .flatten()
+    {
+        return Err(Failure::bad(format!(
+            "{filename}: no entry can be graded; {}: {}",
+            first.location, first.reason
+        )));
     }
     if entries.len() as i64 > key.quotas.predictions_per_run {
         return Err(Failure::new(
@@ -815,10 +893,12 @@ async fn submit(
         .iter()
         .map(|e| serde_json::to_string(&StoredEntry::from(e)).expect("plain data serializes"))
         .collect();
+    // The quotas are checked and charged in the run's own transaction.
     let id = state
         .db
         .create_run(&key, &d.id, body.len() as i64, &stored)
-        .await?;
+        .await?
+        .map_err(|quota| Failure::new(StatusCode::TOO_MANY_REQUESTS, quota.to_string()))?;
     let run = state
         .db
         .run_for(&key, &id)
@@ -857,13 +937,19 @@ async fn delete_run(
     UrlPath(id): UrlPath<String>,
 ) -> Answer<StatusCode> {
     let run = run_for(&state, &key, &id).await?;
-    state.db.delete_run(&run.id).await?;
+    // A submitter's deletion leaves its scores on the leaderboard; an admin
+    // curating the board removes them too.
+    state
+        .db
+        .delete_run(&run.id, key.role == Role::Admin)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// The submitter's view of every record of a run.
 async fn view_records(
     state: &Shared,
+    key: &KeyRow,
     run: &RunRow,
 ) -> Answer<(Vec<serde_json::Value>, Vec<ResultRecord>)> {
     let d = state
@@ -878,7 +964,7 @@ async fn view_records(
         .collect();
     let mut views = Vec::new();
     let mut records = Vec::new();
-    for stored in state.db.results(&run.id).await? {
+    for stored in state.db.results(key, run).await? {
         let record: ResultRecord = serde_json::from_str(&stored.record).map_err(|e| {
             Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -902,7 +988,7 @@ async fn run_report(
     UrlPath(id): UrlPath<String>,
 ) -> Answer<Json<RunReport>> {
     let run = run_for(&state, &key, &id).await?;
-    let (records, _) = view_records(&state, &run).await?;
+    let (records, _) = view_records(&state, &key, &run).await?;
     Ok(Json(RunReport {
         run: run_info(&run),
         records,
@@ -915,7 +1001,7 @@ async fn run_report_html(
     UrlPath(id): UrlPath<String>,
 ) -> Answer<Response> {
     let run = run_for(&state, &key, &id).await?;
-    let (_, records) = view_records(&state, &run).await?;
+    let (_, records) = view_records(&state, &key, &run).await?;
     let report = pdl_report::RunReport::from_records(
         Path::new(&format!("run-{}", run.id)),
         None,

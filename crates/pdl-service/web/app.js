@@ -118,7 +118,7 @@
     body.replaceChildren();
     rows.forEach((r, i) => {
       const tr = document.createElement("tr");
-      cell(tr, String(i + 1)); cell(tr, r.model); cell(tr, fmt(r.mean_reward), "num");
+      cell(tr, String(i + 1)); cell(tr, r.model); cell(tr, r.submitter); cell(tr, fmt(r.mean_reward), "num");
       cell(tr, String(r.records), "num"); cell(tr, String(r.runs), "num");
       body.appendChild(tr);
     });

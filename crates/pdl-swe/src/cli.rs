@@ -29,7 +29,8 @@ pub struct RunArgs {
     /// Gradings run in parallel (default: the number of cores).
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub jobs: Option<usize>,
-    /// Bound on one grading's test run, in seconds (default: each task's own, else 120).
+    /// Bound on each test run of a grading (the public tests, then the hidden tests), in seconds
+    /// (default: each task's own, else 120).
     #[arg(long, value_name = "SECONDS")]
     pub test_timeout: Option<f64>,
     /// Isolation for task code: `namespaces` (default) or `none` (only when asked).
@@ -473,6 +474,11 @@ pub struct ServeArgs {
     /// (a killed service's jobs are taken again after this long).
     #[arg(long, value_name = "SECONDS", default_value_t = 30, hide = true)]
     pub lease_seconds: u64,
+    /// How often a submitter's view of a run moves on, in seconds: a record
+    /// shows at the next step after it is stored, so when it appears tells
+    /// its grading's time only to the step (admins see records at once).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub publish_every: f64,
 }
 
 /// Where the service keeps its state.

@@ -62,7 +62,14 @@ pub fn resolve_exposing(args: &RunArgs, exposed: &[PathBuf]) -> Result<RunSettin
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let cache_dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
+    // Folders are bound into sandboxes, whose working folder is elsewhere:
+    // a relative path is made absolute here, once.
+    let absolute = |dir: &PathBuf| {
+        std::path::absolute(dir)
+            .with_context(|| format!("cannot resolve the folder {}", dir.display()))
+            .map_err(ExitError::environment)
+    };
+    let cache_dir = absolute(&args.cache_dir.clone().unwrap_or_else(default_cache_dir))?;
     let interpreter = find_interpreter(args.python.as_deref()).map_err(ExitError::environment)?;
     let envs = Arc::new(EnvManager::new(cache_dir.clone(), interpreter));
     let kind = match args.sandbox {
@@ -85,6 +92,7 @@ pub fn resolve_exposing(args: &RunArgs, exposed: &[PathBuf]) -> Result<RunSettin
     // Otherwise the harness makes one of its own with a name no one can guess.
     let (work_root, own) = match &args.work_dir {
         Some(dir) => {
+            let dir = &absolute(dir)?;
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create the work folder {}", dir.display()))
                 .map_err(ExitError::environment)?;

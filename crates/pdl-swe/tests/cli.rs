@@ -926,3 +926,32 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
         "{stdout}"
     );
 }
+
+/// Relative cache and work folders are the user's current folder's: a grade
+/// run with both relative grades the gold patch to 1.0 (they are bound into
+/// sandboxes whose working folder is elsewhere).
+#[test]
+fn relative_cache_and_work_folders_are_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let preds = fixtures().join("attacks/preds/00_gold.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_pdl-swe"))
+        .current_dir(dir.path())
+        .args(["grade", "--predictions"])
+        .arg(&preds)
+        .args([
+            "--out",
+            "out.jsonl",
+            "--cache-dir",
+            "cache",
+            "--work-dir",
+            "work",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let records = records(&dir.path().join("out.jsonl"));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["verdict"], "graded", "{}", records[0]);
+    assert_eq!(records[0]["reward"], 1.0, "{}", records[0]);
+    assert!(dir.path().join("cache").is_dir() && dir.path().join("work").is_dir());
+}

@@ -232,8 +232,9 @@ fn hostile_patches_end_as_verdicts_and_leave_no_trace() {
     let kill_grace = endless["provenance"]["sandbox"]["kill_grace_s"]
         .as_f64()
         .unwrap();
+    // Two test runs (public, then hidden), each within the bound.
     assert!(
-        endless["duration_s"].as_f64().unwrap() < timeout + kill_grace + 3.0,
+        endless["duration_s"].as_f64().unwrap() < 2.0 * (timeout + kill_grace) + 3.0,
         "{endless}"
     );
     let flood = records

@@ -118,6 +118,13 @@ impl Service {
         ])
         .args(store.args())
         .args(extra)
+        // Submitters' views move on in short steps here, unless a test sets
+        // its own.
+        .args(if extra.contains(&"--publish-every") {
+            &[][..]
+        } else {
+            &["--publish-every", "0.2"][..]
+        })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap());
@@ -236,16 +243,19 @@ impl Transcript {
 }
 
 fn http(addr: &str, method: &str, path: &str, key: Option<&str>, body: &[u8]) -> Answer {
+    let mut head = format!("Content-Length: {}\r\n", body.len());
+    if let Some(k) = key {
+        head.push_str(&format!("Authorization: Bearer {k}\r\n"));
+    }
+    http_raw(addr, method, path, &head, body)
+}
+
+/// A request with the header lines `head` (each ending in CRLF) as given.
+fn http_raw(addr: &str, method: &str, path: &str, head: &str, body: &[u8]) -> Answer {
     let mut s = TcpStream::connect(addr).expect("connects");
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(k) = key {
-        req.push_str(&format!("Authorization: Bearer {k}\r\n"));
-    }
-    req.push_str("\r\n");
+    let req =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{head}\r\n");
     s.write_all(req.as_bytes()).unwrap();
     // A refused request may be answered before the body is read.
     let _ = s.write_all(body);
@@ -1037,14 +1047,15 @@ fn kill_and_restart(store: &Store) {
     );
     let run = submitted.json()["id"].as_str().unwrap().to_string();
     // Wait until a worker is inside a grading (its sandbox runs the slow
-    // test run), then kill the service outright.
+    // test run), then kill the service outright. (Only an admin sees which
+    // jobs are running.)
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let v = http(
             &service.addr,
             "GET",
             &format!("/api/runs/{run}"),
-            Some(&alice),
+            Some(&admin),
             b"",
         )
         .json();
@@ -1059,7 +1070,7 @@ fn kill_and_restart(store: &Store) {
         &service.addr,
         "GET",
         &format!("/api/runs/{run}"),
-        Some(&alice),
+        Some(&admin),
         b"",
     )
     .json();
@@ -1290,6 +1301,32 @@ fn quotas_rate_limits_and_malformed_uploads_are_refused_and_change_nothing() {
         &vec![b' '; 300_000],
     );
     assert_eq!(a.status, 413);
+    assert!(a.error().contains("200000 bytes"), "{}", a.error());
+    // A declared length over the bound is answered at once, before any body.
+    let started = Instant::now();
+    let a = http_raw(
+        &addr,
+        "POST",
+        "/api/datasets?name=huge",
+        &format!("Authorization: Bearer {admin}\r\nContent-Length: 999999999\r\n"),
+        b"",
+    );
+    assert_eq!(a.status, 413, "{}", String::from_utf8_lossy(&a.body));
+    assert!(a.error().contains("larger than"), "{}", a.error());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // The scheme is case-insensitive.
+    let a = http_raw(
+        &addr,
+        "GET",
+        "/api/whoami",
+        &format!("Authorization: bearer {admin}\r\nContent-Length: 0\r\n"),
+        b"",
+    );
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
     assert_eq!(count(&admin), 0);
     assert_eq!(
         stored_datasets(&store),
@@ -1336,6 +1373,20 @@ fn quotas_rate_limits_and_malformed_uploads_are_refused_and_change_nothing() {
     assert!(a.error().contains("p.json"), "{}", a.error());
     let a = http(&addr, "POST", "/api/runs?dataset=fx", Some(&carol), b"");
     assert_eq!(a.status, 400, "{}", a.error());
+    // Nothing gradable at all (not text, not JSON): refused whole, no run spent.
+    let a = http(
+        &addr,
+        "POST",
+        "/api/runs?dataset=fx&filename=bin.jsonl",
+        Some(&carol),
+        b"\xff\xfe\x00garbage\n{not json}\n",
+    );
+    assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&a.body));
+    assert!(
+        a.error().contains("bin.jsonl") && a.error().contains("not UTF-8"),
+        "{}",
+        a.error()
+    );
     let three = "{\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"a\", \"model_patch\": \"\"}\n\
                  {\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"b\", \"model_patch\": \"\"}\n\
                  {\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"c\", \"model_patch\": \"\"}\n";
@@ -1403,6 +1454,342 @@ fn quotas_rate_limits_and_malformed_uploads_are_refused_and_change_nothing() {
         .unwrap()
         .to_string();
     let _ = wait_finished(&addr, &carol, &carol_run, Duration::from_secs(120));
+}
+
+/// Quotas under concurrent requests of one key: exactly as many runs and
+/// uploads pass as the quota allows, deleting refunds nothing, and the
+/// leaderboard keeps one submitter's model name apart from another's.
+fn quotas_hold_under_races(store: &Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(fixture_jsonl(dir.path())).unwrap();
+    // Room for the first upload and two more, not three.
+    let budget = (good.len() * 7 / 2).to_string();
+    let admin = store.create_key(
+        "admin",
+        "admin",
+        &[
+            "--upload-bytes-per-day",
+            &budget,
+            "--requests-per-minute",
+            "1000",
+        ],
+    );
+    let erin = store.create_key(
+        "erin",
+        "submitter",
+        &["--runs-per-day", "2", "--requests-per-minute", "1000"],
+    );
+    let frank = store.create_key("frank", "submitter", &["--requests-per-minute", "1000"]);
+    let service = Service::start(store, &[]);
+    let addr = service.addr.clone();
+    let a = http(
+        &addr,
+        "POST",
+        "/api/datasets?name=fx&format=jsonl",
+        Some(&admin),
+        &good,
+    );
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+
+    let parallel = |key: &str, paths: Vec<String>, body: &[u8]| -> Vec<Answer> {
+        let addr = addr.as_str();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|path| scope.spawn(move || http(addr, "POST", path, Some(key), body)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let uploads = parallel(
+        &admin,
+        (0..6)
+            .map(|i| format!("/api/datasets?name=race{i}&format=jsonl"))
+            .collect(),
+        &good,
+    );
+    let stored = uploads.iter().filter(|a| a.status == 201).count();
+    assert_eq!(
+        stored,
+        2,
+        "{:?}",
+        uploads.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert!(uploads
+        .iter()
+        .filter(|a| a.status != 201)
+        .all(|a| a.status == 429 && a.error().contains("bytes a day")));
+    assert_eq!(stored_datasets(store), 3);
+
+    let prediction = b"{\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"shared-name\", \"model_patch\": \"\"}\n";
+    let runs = parallel(
+        &erin,
+        vec!["/api/runs?dataset=fx".to_string(); 10],
+        prediction,
+    );
+    let started: Vec<String> = runs
+        .iter()
+        .filter(|a| a.status == 201)
+        .map(|a| a.json()["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        started.len(),
+        2,
+        "{:?}",
+        runs.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert!(runs
+        .iter()
+        .filter(|a| a.status != 201)
+        .all(|a| a.status == 429 && a.error().contains("2 runs a day")));
+    for run in &started {
+        wait_finished(&addr, &erin, run, Duration::from_secs(120));
+    }
+    // Another submitter uses the same model name.
+    let a = http(
+        &addr,
+        "POST",
+        "/api/runs?dataset=fx",
+        Some(&frank),
+        prediction,
+    );
+    assert_eq!(a.status, 201, "{}", a.error());
+    wait_finished(
+        &addr,
+        &frank,
+        a.json()["id"].as_str().unwrap(),
+        Duration::from_secs(120),
+    );
+    let board = http(
+        &addr,
+        "GET",
+        "/api/datasets/fx/leaderboard",
+        Some(&frank),
+        b"",
+    )
+    .json();
+    let rows: Vec<(String, String, i64)> = board
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["submitter"].as_str().unwrap().to_string(),
+                r["model"].as_str().unwrap().to_string(),
+                r["records"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows.iter().cloned().collect::<BTreeSet<_>>(),
+        BTreeSet::from([
+            ("erin".to_string(), "shared-name".to_string(), 2),
+            ("frank".to_string(), "shared-name".to_string(), 1),
+        ]),
+        "{board}"
+    );
+
+    // Deleting the runs gives no run back.
+    for run in &started {
+        let a = http(
+            &addr,
+            "DELETE",
+            &format!("/api/runs/{run}"),
+            Some(&erin),
+            b"",
+        );
+        assert!(a.status == 204 || a.status == 200, "{}", a.status);
+    }
+    let a = http(
+        &addr,
+        "POST",
+        "/api/runs?dataset=fx",
+        Some(&erin),
+        prediction,
+    );
+    assert_eq!(a.status, 429, "{}", String::from_utf8_lossy(&a.body));
+    // ... and leaves their scores on the leaderboard.
+    let board = http(
+        &addr,
+        "GET",
+        "/api/datasets/fx/leaderboard",
+        Some(&frank),
+        b"",
+    )
+    .json();
+    assert!(
+        board
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["submitter"] == "erin" && r["records"] == 2),
+        "{board}"
+    );
+    let me = http(&addr, "GET", "/api/whoami", Some(&erin), b"").json();
+    assert_eq!(me["used"]["runs"], 2, "{me}");
+    assert_eq!(me["quotas"]["runs_per_day"], 2, "{me}");
+}
+
+/// A submitter sees a run move on only in steps of `--publish-every`: when a
+/// record appears, and what it says of times, tell nothing finer of how long
+/// its grading took; an admin sees it at once.
+#[test]
+fn a_submitters_view_moves_on_in_steps() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store {
+        data_dir: dir.path().join("data"),
+        database: None,
+    };
+    let admin = store.create_key("admin", "admin", &["--requests-per-minute", "1000"]);
+    let sam = store.create_key("sam", "submitter", &["--requests-per-minute", "1000"]);
+    let service = Service::start(&store, &["--publish-every", "6"]);
+    let addr = service.addr.clone();
+    let good = std::fs::read(fixture_jsonl(dir.path())).unwrap();
+    let a = http(
+        &addr,
+        "POST",
+        "/api/datasets?name=fx&format=jsonl",
+        Some(&admin),
+        &good,
+    );
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    let prediction = b"{\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"m\", \"model_patch\": \"\"}\n";
+    let submitted = Instant::now();
+    let a = http(
+        &addr,
+        "POST",
+        "/api/runs?dataset=fx",
+        Some(&sam),
+        prediction,
+    );
+    assert_eq!(a.status, 201, "{}", a.error());
+    let run = a.json()["id"].as_str().unwrap().to_string();
+    // The admin sees the record as soon as it is stored.
+    let admin_done = wait_finished(&addr, &admin, &run, Duration::from_secs(60));
+    let stored_after = submitted.elapsed();
+    assert!(
+        stored_after < Duration::from_secs(5),
+        "{stored_after:?}: too slow to test the step"
+    );
+    assert_eq!(admin_done["done"], 1);
+    // The submitter does not, until the step ends.
+    let early = http(&addr, "GET", &format!("/api/runs/{run}"), Some(&sam), b"").json();
+    assert_eq!(
+        (early["done"].as_i64(), early["running"].as_i64()),
+        (Some(0), Some(0)),
+        "{early}"
+    );
+    assert_ne!(early["state"], "finished", "{early}");
+    let report = http(
+        &addr,
+        "GET",
+        &format!("/api/runs/{run}/report"),
+        Some(&sam),
+        b"",
+    )
+    .json();
+    assert!(report["records"].as_array().unwrap().is_empty(), "{report}");
+    // Nor does the leaderboard show the score before the step (an admin's does).
+    let board = |key: &str| {
+        http(&addr, "GET", "/api/datasets/fx/leaderboard", Some(key), b"")
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!((board(&sam), board(&admin)), (0, 1));
+    let finished = wait_finished(&addr, &sam, &run, Duration::from_secs(30));
+    let seen_after = submitted.elapsed();
+    assert!(seen_after >= Duration::from_millis(5_500), "{seen_after:?}");
+    assert_eq!(finished["done"], 1);
+    assert_eq!(board(&sam), 1);
+    let report = http(
+        &addr,
+        "GET",
+        &format!("/api/runs/{run}/report"),
+        Some(&sam),
+        b"",
+    )
+    .json();
+    let record = &report["records"][0];
+    assert_eq!(
+        record["reward"].as_f64().map(|r| (r - 0.2).abs() < 1e-9),
+        Some(true),
+        "{record}"
+    );
+    assert_eq!(record["duration_s"], 0.0, "{record}");
+    assert!(
+        record["phases_s"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|v| v == 0.0),
+        "{record}"
+    );
+    assert!(
+        record["provenance"]["started_at"]
+            .as_str()
+            .unwrap()
+            .ends_with("T00:00:00Z"),
+        "{record}"
+    );
+    // Model names are bounded (every submitter of the dataset sees them).
+    let long = format!(
+        "{{\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"{}\", \"model_patch\": \"\"}}\n",
+        "m".repeat(201)
+    );
+    let a = http(
+        &addr,
+        "POST",
+        "/api/runs?dataset=fx",
+        Some(&sam),
+        long.as_bytes(),
+    );
+    assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&a.body));
+    assert!(a.error().contains("longer than 200 bytes"), "{}", a.error());
+
+    // A key sent where it does not belong (a path) is echoed and logged
+    // redacted.
+    let a = http(&addr, "GET", &format!("/api/runs/{sam}"), Some(&sam), b"");
+    assert_eq!(a.status, 404);
+    let a2 = http(&addr, "GET", &format!("/{admin}"), None, b"");
+    for body in [&a.body, &a2.body] {
+        let text = String::from_utf8_lossy(body);
+        assert!(
+            !text.contains(&sam[5..]) && !text.contains(&admin[5..]),
+            "{text}"
+        );
+    }
+    let log = service.log.clone();
+    drop(service);
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("pdlk_<redacted>"), "{log}");
+    assert!(
+        !log.contains(&sam[5..]) && !log.contains(&admin[5..]),
+        "{log}"
+    );
+}
+
+#[test]
+fn quotas_hold_under_concurrent_requests_on_sqlite() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    quotas_hold_under_races(&Store {
+        data_dir: dir.path().join("data"),
+        database: None,
+    });
+}
+
+#[test]
+fn quotas_hold_under_concurrent_requests_on_postgresql() {
+    let _serial = serial();
+    let Some(pg) = Postgres::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    quotas_hold_under_races(&Store {
+        data_dir: dir.path().join("data"),
+        database: Some(pg.url.clone()),
+    });
 }
 
 /// A ustar header for a regular file `name` of `size` bytes.

@@ -28,6 +28,11 @@ imported, this file:
      descriptors, tracing and profiling, further audit hooks, function and code
      surgery on test files.
 
+In the run of the hidden tests (the public tests run before, in a tree
+without them), the audit hook also refuses code of the repository that opens or
+lists a hidden test module (``_hidden_guard``): the hidden tests' source stays
+out of its reach wherever Python sees the read.
+
 Events are written to the outcome descriptor as ``<json>\\t<hex mac>`` lines; the
 mac is HMAC-SHA256 over the line's sequence number and the SHA-256 of its JSON. A
 breach seen by the auditor or the guardian is written as an unsigned ``ABORT``
@@ -131,6 +136,10 @@ _CHANGED_LATER = {
 }
 
 
+# The breach the hidden-source guard reports (through the auditor, as a refused
+# event of its own).
+_HIDDEN_READ = "the hidden tests' source, reached by code of the repository"
+
 # Audit events the auditor acts on: the refused ones, and those it looks into.
 _REFUSED_EVENTS = (
     "gc.get_objects",
@@ -158,6 +167,7 @@ _REFUSED_EVENTS = (
     "ctypes.create_unicode_buffer",
     "cpython._PySys_ClearAuditHooks",
     "cpython.PyInterpreterState_Clear",
+    _HIDDEN_READ,
 )
 _WATCHED_EVENTS = frozenset(
     _REFUSED_EVENTS
@@ -485,6 +495,71 @@ def _auditor():
                 except exception_type:
                     pass
             verdict = reason
+
+
+def _hidden_paths(root, hidden, realpath, join):
+    """What the hidden-source guard protects: the real paths of the hidden
+    test modules and of the folders that hold them (``tests/hidden`` and
+    below), and every trailing run of their components (a path opened
+    relative to a folder descriptor arrives as such a tail)."""
+    targets = set()
+    tails = set()
+    for rel in hidden:
+        if not rel.endswith(".py"):
+            continue
+        parts = rel.split("/")
+        for end in range(2, len(parts) + 1):
+            targets.add(realpath(join(root, *parts[:end])))
+            for start in range(end):
+                tails.add("/".join(parts[start:end]))
+    return frozenset(targets), frozenset(tails)
+
+
+def _hidden_guard(
+    root, modules, targets, tails, realpath, normpath, join, getcwd, getframe, type_, str_, bytes_, errors
+):
+    """The check of every open and folder listing in a run of the hidden
+    tests: it is a breach when the path is a hidden test module or one of its
+    folders and a frame of the repository's code is on the stack. pytest's
+    collection and import of those modules, and the hidden tests' own code,
+    read them with no such frame. Data files beside the hidden tests are not
+    guarded: the hidden tests hand them to the code under test."""
+    root_slash = root.rstrip("/") + "/"
+
+    def repository_code(filename):
+        if type_(filename) is not str_:
+            return True
+        if filename.startswith(root_slash):
+            return filename not in modules
+        # Code compiled by the run under a made-up relative name; the
+        # interpreter's own ("<frozen ...>", "<string>") are not.
+        return not filename.startswith("/") and not filename.startswith("<")
+
+    def guarded(path):
+        if type_(path) is bytes_:
+            path = path.decode("utf-8", "surrogateescape")
+        if type_(path) is not str_:
+            return False
+        try:
+            if path.startswith("/"):
+                return realpath(path) in targets
+            if normpath(path) in tails:
+                return True
+            return realpath(join(getcwd(), path)) in targets
+        except errors:
+            return False
+
+    def check(path):
+        if not guarded(path):
+            return False
+        frame = getframe(1)
+        while frame is not None:
+            if repository_code(frame.f_code.co_filename):
+                return True
+            frame = frame.f_back
+        return False
+
+    return check
 
 
 def _guardian():
@@ -1344,6 +1419,7 @@ def _main():
     select = frozenset(config.get("select") or [])
     test_files = frozenset(os.path.join(root, p) for p in config.get("test_files") or [])
     conftests = {os.path.join(root, p): d for p, d in (config.get("conftests") or {}).items()}
+    hidden = [p for p in (config.get("hidden") or []) if p.endswith(".py")]
     key = bytes.fromhex(config["key"])
     python_version = "%d.%d.%d" % sys.version_info[:3]
     _not_dumpable()
@@ -1670,6 +1746,36 @@ def _main():
         )
     )
 
+    hidden_check = None
+    if hidden:
+        hidden_targets, hidden_tails = _hidden_paths(root, hidden, os.path.realpath, os.path.join)
+        hidden_modules = frozenset(
+            [os.path.join(root, p) for p in hidden] + [os.path.realpath(os.path.join(root, p)) for p in hidden]
+        )
+        hidden_check = _hidden_guard(
+            root,
+            hidden_modules,
+            hidden_targets,
+            hidden_tails,
+            os.path.realpath,
+            os.path.normpath,
+            os.path.join,
+            os.getcwd,
+            sys._getframe,
+            type,
+            str,
+            bytes,
+            (OSError, ValueError),
+        )
+        # Formatting a stack (inspect.stack(), traceback.print_stack(), a
+        # log record's stack_info) while a hidden test is on it reads the
+        # test's source through linecache: it finds none, so honest code
+        # never opens a hidden module. Records carry no source lines.
+        import linecache
+
+        for path in hidden_modules:
+            linecache.cache[path] = (0, None, [], path)
+
     def audit(
         event,
         args,
@@ -1689,6 +1795,8 @@ def _main():
         _code=types.CodeType,
         _tests=test_files,
         _getframe=sys._getframe,
+        _hidden=hidden_check,
+        _hidden_read=(_HIDDEN_READ, ()),
     ):
         # Every name used here is bound at definition: a builtin rebound later
         # never runs in the hook.
@@ -1717,6 +1825,18 @@ def _main():
                 if reason is not None:
                     raise _refusal("refused by the grader: " + reason)
             return
+        if (
+            _hidden is not None
+            and (event == "open" or event == "os.listdir" or event == "os.scandir")
+            and _len(args) > 0
+            and not _auditor.gi_running
+            and _hidden(args[0])
+        ):
+            try:
+                _send(_hidden_read)
+            except _busy:
+                pass
+            raise _refusal("refused by the grader: " + _hidden_read[0])
         # Most events are none of the auditor's business (pytest's and the
         # guardian's own frame and code reads above all): leave them here, in
         # as few steps as possible. ``event`` is always an exact str built by
@@ -1739,7 +1859,7 @@ def _main():
     tick = guardian.send
     # Nothing the code under test could use stays in this frame, which is on the
     # stack for the whole run.
-    del key, config, vault, guardian, auditor, audit, conftests, callers, baseline, genuine_classes
+    del key, config, vault, guardian, auditor, audit, conftests, hidden_check, callers, baseline, genuine_classes
     del pluggy_codes, our_codes, session_codes, runner_codes, genuine_modules, nested
 
     tick("start")

@@ -71,6 +71,8 @@ pub fn serve(args: &ServeArgs) -> Result<i32, ExitError> {
         },
         lease: Duration::from_secs(args.lease_seconds.max(1)),
         poll: Duration::from_millis(250),
+        publish_every: Duration::try_from_secs_f64(args.publish_every.max(0.001))
+            .map_err(|e| ExitError::usage(anyhow::anyhow!("--publish-every: {e}")))?,
     };
     let log: Arc<server::Log> = Arc::new(|event: LogEvent| match event {
         LogEvent::Listening(addr) => {
