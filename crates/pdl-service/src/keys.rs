@@ -39,6 +39,13 @@ pub fn redact_keys(text: &str) -> String {
     out
 }
 
+/// A request path as the log shows it: percent-decoded (so that an encoded
+/// key is seen as one), then with keys redacted.
+pub fn loggable_path(raw: &str) -> String {
+    let decoded = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+    redact_keys(&decoded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +70,15 @@ mod tests {
             red,
             "GET /pdlk_<redacted>/x?pdlk_<redacted> run `pdlk_<redacted>` pdlk_ pdlk_zz"
         );
+        let digits = "0123456789abcdef".repeat(4);
+        let digits = digits.as_str();
+        for encoded in [
+            format!("/api/runs/pdlk%5F{digits}"),
+            format!("/api/runs/pdlk_%3{}{}", &digits[..1], &digits[1..]),
+            format!("/api/runs/%70dlk_{digits}"),
+        ] {
+            let logged = loggable_path(&encoded);
+            assert!(!logged.contains(&digits[1..]), "{encoded}: {logged}");
+        }
     }
 }

@@ -412,7 +412,7 @@ async fn logged(
     let started = Instant::now();
     let method = req.method().to_string();
     // A key sent in the path (where it does not belong) is not logged.
-    let path = crate::keys::redact_keys(req.uri().path());
+    let path = crate::keys::loggable_path(req.uri().path());
     let body_limit = match (req.method(), path.as_str()) {
         (&axum::http::Method::POST, "/api/datasets") => limits.max_dataset_bytes,
         (&axum::http::Method::POST, "/api/runs") => limits.max_predictions_bytes,

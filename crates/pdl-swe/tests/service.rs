@@ -1059,6 +1059,8 @@ fn kill_and_restart(store: &Store) {
             b"",
         )
         .json();
+        // One grading of a key at a time, whatever -j.
+        assert!(v["running"].as_i64().unwrap_or(0) <= 1, "{v}");
         if v["running"].as_i64().unwrap_or(0) > 0 && v["done"].as_i64().unwrap_or(0) < 4 {
             std::thread::sleep(Duration::from_millis(800));
             break;
@@ -1124,25 +1126,35 @@ fn kill_and_restart(store: &Store) {
     assert_eq!(total, 4, "{board}");
 }
 
-#[test]
-fn kill_9_mid_grading_loses_and_duplicates_nothing_on_sqlite() {
+/// Runs `flow` on a fresh data folder with the embedded SQLite database.
+fn on_sqlite(flow: impl FnOnce(&Store)) {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    kill_and_restart(&Store {
+    flow(&Store {
         data_dir: dir.path().join("data"),
         database: None,
     });
 }
 
-#[test]
-fn kill_9_mid_grading_loses_and_duplicates_nothing_on_postgresql() {
+/// Runs `flow` on a fresh data folder and a private PostgreSQL cluster.
+fn on_postgresql(flow: impl FnOnce(&Store)) {
     let _serial = serial();
     let Some(pg) = Postgres::start() else { return };
     let dir = tempfile::tempdir().unwrap();
-    kill_and_restart(&Store {
+    flow(&Store {
         data_dir: dir.path().join("data"),
         database: Some(pg.url.clone()),
     });
+}
+
+#[test]
+fn kill_9_mid_grading_loses_and_duplicates_nothing_on_sqlite() {
+    on_sqlite(kill_and_restart);
+}
+
+#[test]
+fn kill_9_mid_grading_loses_and_duplicates_nothing_on_postgresql() {
+    on_postgresql(kill_and_restart);
 }
 
 /// Files the data folder's `datasets/` holds.
@@ -1456,6 +1468,18 @@ fn quotas_rate_limits_and_malformed_uploads_are_refused_and_change_nothing() {
     let _ = wait_finished(&addr, &carol, &carol_run, Duration::from_secs(120));
 }
 
+/// Uploads the fixture dataset `good` as `fx` with `admin`'s key.
+fn upload_fx(addr: &str, admin: &str, good: &[u8]) {
+    let a = http(
+        addr,
+        "POST",
+        "/api/datasets?name=fx&format=jsonl",
+        Some(admin),
+        good,
+    );
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+}
+
 /// Quotas under concurrent requests of one key: exactly as many runs and
 /// uploads pass as the quota allows, deleting refunds nothing, and the
 /// leaderboard keeps one submitter's model name apart from another's.
@@ -1482,14 +1506,7 @@ fn quotas_hold_under_races(store: &Store) {
     let frank = store.create_key("frank", "submitter", &["--requests-per-minute", "1000"]);
     let service = Service::start(store, &[]);
     let addr = service.addr.clone();
-    let a = http(
-        &addr,
-        "POST",
-        "/api/datasets?name=fx&format=jsonl",
-        Some(&admin),
-        &good,
-    );
-    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    upload_fx(&addr, &admin, &good);
 
     let parallel = |key: &str, paths: Vec<String>, body: &[u8]| -> Vec<Answer> {
         let addr = addr.as_str();
@@ -1560,34 +1577,33 @@ fn quotas_hold_under_races(store: &Store) {
         a.json()["id"].as_str().unwrap(),
         Duration::from_secs(120),
     );
-    let board = http(
-        &addr,
-        "GET",
-        "/api/datasets/fx/leaderboard",
-        Some(&frank),
-        b"",
-    )
-    .json();
-    let rows: Vec<(String, String, i64)> = board
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["submitter"].as_str().unwrap().to_string(),
-                r["model"].as_str().unwrap().to_string(),
-                r["records"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        rows.iter().cloned().collect::<BTreeSet<_>>(),
-        BTreeSet::from([
-            ("erin".to_string(), "shared-name".to_string(), 2),
-            ("frank".to_string(), "shared-name".to_string(), 1),
-        ]),
-        "{board}"
-    );
+    let board = || -> BTreeSet<(String, String, i64)> {
+        let board = http(
+            &addr,
+            "GET",
+            "/api/datasets/fx/leaderboard",
+            Some(&frank),
+            b"",
+        )
+        .json();
+        board
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["submitter"].as_str().unwrap().to_string(),
+                    r["model"].as_str().unwrap().to_string(),
+                    r["records"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let rows = BTreeSet::from([
+        ("erin".to_string(), "shared-name".to_string(), 2),
+        ("frank".to_string(), "shared-name".to_string(), 1),
+    ]);
+    assert_eq!(board(), rows);
 
     // Deleting the runs gives no run back.
     for run in &started {
@@ -1609,22 +1625,7 @@ fn quotas_hold_under_races(store: &Store) {
     );
     assert_eq!(a.status, 429, "{}", String::from_utf8_lossy(&a.body));
     // ... and leaves their scores on the leaderboard.
-    let board = http(
-        &addr,
-        "GET",
-        "/api/datasets/fx/leaderboard",
-        Some(&frank),
-        b"",
-    )
-    .json();
-    assert!(
-        board
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["submitter"] == "erin" && r["records"] == 2),
-        "{board}"
-    );
+    assert_eq!(board(), rows);
     let me = http(&addr, "GET", "/api/whoami", Some(&erin), b"").json();
     assert_eq!(me["used"]["runs"], 2, "{me}");
     assert_eq!(me["quotas"]["runs_per_day"], 2, "{me}");
@@ -1646,14 +1647,7 @@ fn a_submitters_view_moves_on_in_steps() {
     let service = Service::start(&store, &["--publish-every", "6"]);
     let addr = service.addr.clone();
     let good = std::fs::read(fixture_jsonl(dir.path())).unwrap();
-    let a = http(
-        &addr,
-        "POST",
-        "/api/datasets?name=fx&format=jsonl",
-        Some(&admin),
-        &good,
-    );
-    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    upload_fx(&addr, &admin, &good);
     let prediction = b"{\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"m\", \"model_patch\": \"\"}\n";
     let submitted = Instant::now();
     let a = http(
@@ -1681,15 +1675,17 @@ fn a_submitters_view_moves_on_in_steps() {
         "{early}"
     );
     assert_ne!(early["state"], "finished", "{early}");
-    let report = http(
-        &addr,
-        "GET",
-        &format!("/api/runs/{run}/report"),
-        Some(&sam),
-        b"",
-    )
-    .json();
-    assert!(report["records"].as_array().unwrap().is_empty(), "{report}");
+    let report = || {
+        http(
+            &addr,
+            "GET",
+            &format!("/api/runs/{run}/report"),
+            Some(&sam),
+            b"",
+        )
+        .json()
+    };
+    assert!(report()["records"].as_array().unwrap().is_empty());
     // Nor does the leaderboard show the score before the step (an admin's does).
     let board = |key: &str| {
         http(&addr, "GET", "/api/datasets/fx/leaderboard", Some(key), b"")
@@ -1704,14 +1700,7 @@ fn a_submitters_view_moves_on_in_steps() {
     assert!(seen_after >= Duration::from_millis(5_500), "{seen_after:?}");
     assert_eq!(finished["done"], 1);
     assert_eq!(board(&sam), 1);
-    let report = http(
-        &addr,
-        "GET",
-        &format!("/api/runs/{run}/report"),
-        Some(&sam),
-        b"",
-    )
-    .json();
+    let report = report();
     let record = &report["records"][0];
     assert_eq!(
         record["reward"].as_f64().map(|r| (r - 0.2).abs() < 1e-9),
@@ -1754,6 +1743,15 @@ fn a_submitters_view_moves_on_in_steps() {
     let a = http(&addr, "GET", &format!("/api/runs/{sam}"), Some(&sam), b"");
     assert_eq!(a.status, 404);
     let a2 = http(&addr, "GET", &format!("/{admin}"), None, b"");
+    // Percent-encoded, too.
+    let a3 = http(
+        &addr,
+        "GET",
+        &format!("/api/runs/pdlk%5F{}", &sam[5..]),
+        Some(&sam),
+        b"",
+    );
+    assert_eq!(a3.status, 404);
     for body in [&a.body, &a2.body] {
         let text = String::from_utf8_lossy(body);
         assert!(
@@ -1773,23 +1771,12 @@ fn a_submitters_view_moves_on_in_steps() {
 
 #[test]
 fn quotas_hold_under_concurrent_requests_on_sqlite() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    quotas_hold_under_races(&Store {
-        data_dir: dir.path().join("data"),
-        database: None,
-    });
+    on_sqlite(quotas_hold_under_races);
 }
 
 #[test]
 fn quotas_hold_under_concurrent_requests_on_postgresql() {
-    let _serial = serial();
-    let Some(pg) = Postgres::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    quotas_hold_under_races(&Store {
-        data_dir: dir.path().join("data"),
-        database: Some(pg.url.clone()),
-    });
+    on_postgresql(quotas_hold_under_races);
 }
 
 /// A ustar header for a regular file `name` of `size` bytes.
