@@ -49,40 +49,42 @@ def load_runs(work_dir):
     all at once, as a plain user would."""
     runs = []
     for name in sorted(os.listdir(work_dir)):
-        ids, python, env = [], None, None
+        parts, python, env = [], None, None
         for part in ("public", "hidden"):
             spec = os.path.join(work_dir, name, "out", part, "command.json")
             if os.path.exists(spec):
                 with open(spec) as f:
                     cmd = json.load(f)
-                ids += cmd["node_ids"]
+                parts.append(cmd["node_ids"])
                 python, env = cmd["python"], cmd["env"]
-        if ids:
-            runs.append((python, os.path.join(work_dir, name, "graded"), ids, env))
+        if parts:
+            runs.append((python, os.path.join(work_dir, name, "graded"), parts, env))
     return runs
 
 
-def bare(run, scratch, options=()):
+def bare(run, scratch, options=(), split=False):
     """`python -m pytest` over the node IDs, with the harness's deterministic
     environment and an empty private HOME and TMPDIR, nothing else (and
-    `options`, to compare like with like)."""
-    python, tree, ids, env = run
-    home = tempfile.mkdtemp(dir=scratch)
-    env = dict(env, HOME=home, TMPDIR=home)
-    subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "--rootdir", tree, "--", *ids],
-        cwd=tree,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    `options`, to compare like with like): once over all of them, or, with
+    `split`, once per test run of the harness (public, then hidden)."""
+    python, tree, parts, env = run
+    groups = parts if split else [[i for part in parts for i in part]]
+    for ids in groups:
+        home = tempfile.mkdtemp(dir=scratch)
+        subprocess.run(
+            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "--rootdir", tree, "--", *ids],
+            cwd=tree,
+            env=dict(env, HOME=home, TMPDIR=home),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
 
-def run_bare(runs, jobs, options=()):
+def run_bare(runs, jobs, options=(), split=False):
     scratch = tempfile.mkdtemp(prefix="pdl-bench-bare-")
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(lambda r: bare(r, scratch, options), runs))
+        list(pool.map(lambda r: bare(r, scratch, options, split), runs))
     elapsed = time.perf_counter() - started
     shutil.rmtree(scratch, ignore_errors=True)
     return elapsed
@@ -106,6 +108,7 @@ def main():
         "calibrate --sandbox none": [],
         "bare pytest": [],
         "bare pytest --assert=plain": [],
+        "bare pytest --assert=plain, public then hidden": [],
     }
     for i in range(args.rounds):
         work = tempfile.mkdtemp(prefix="pdl-bench-")
@@ -113,6 +116,9 @@ def main():
         samples["calibrate --sandbox none"].append(run_calibrate(args.binary, args.j, work, sandbox="none"))
         samples["bare pytest"].append(run_bare(runs, args.j))
         samples["bare pytest --assert=plain"].append(run_bare(runs, args.j, ("--assert=plain",)))
+        samples["bare pytest --assert=plain, public then hidden"].append(
+            run_bare(runs, args.j, ("--assert=plain",), split=True)
+        )
         shutil.rmtree(work, ignore_errors=True)
         print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in samples.items()), file=sys.stderr)
     shutil.rmtree(kept, ignore_errors=True)
@@ -126,6 +132,7 @@ def main():
         "ratio": med["calibrate"] / med["bare pytest"],
         "ratio_without_sandbox": med["calibrate --sandbox none"] / med["bare pytest"],
         "ratio_same_options": med["calibrate"] / med["bare pytest --assert=plain"],
+        "ratio_same_runs": med["calibrate"] / med["bare pytest --assert=plain, public then hidden"],
     }
     print(json.dumps(result, indent=1))
 
