@@ -151,6 +151,10 @@ pub const MIGRATIONS: &[(i64, &[&str])] = &[
             created_at BIGINT NOT NULL,
             PRIMARY KEY (run_id, seq))",
             "CREATE INDEX scores_by_dataset ON scores (dataset_id)",
+            // Whose job it is, kept when its run is deleted while it is being
+            // graded: the key stays busy until the grading ends.
+            "ALTER TABLE jobs ADD COLUMN key_id TEXT",
+            "UPDATE jobs SET key_id = (SELECT key_id FROM runs WHERE runs.id = jobs.run_id)",
             "INSERT INTO scores (run_id, seq, run_created_at, dataset_id, key_id, model, reward, verdict, created_at)
             SELECT res.run_id, res.seq, r.created_at, r.dataset_id, r.key_id, res.model, res.reward, res.verdict, res.created_at
             FROM results res JOIN runs r ON r.id = res.run_id",
@@ -313,6 +317,10 @@ pub struct ClaimedJob {
     pub attempts: i64,
     /// The run's dataset.
     pub dataset_id: String,
+    /// The key that submitted the run.
+    pub key_id: String,
+    /// When the run was submitted (ms).
+    pub run_created_at: i64,
 }
 
 /// A stored result record.
@@ -809,14 +817,15 @@ impl Db {
         .ctx("create run")?;
         for (seq, entry) in entries.iter().enumerate() {
             sqlx::query(
-                "INSERT INTO jobs (id, run_id, seq, entry, state, queued_at, lease_owner, lease_until, attempts)
-                 VALUES ($1, $2, $3, $4, 'queued', $5, NULL, 0, 0)",
+                "INSERT INTO jobs (id, run_id, seq, entry, state, queued_at, lease_owner, lease_until, attempts, key_id)
+                 VALUES ($1, $2, $3, $4, 'queued', $5, NULL, 0, 0, $6)",
             )
             .bind(random_hex(12))
             .bind(&id)
             .bind(seq as i64)
             .bind(entry)
             .bind(now)
+            .bind(&key.id)
             .execute(&mut *tx)
             .await
             .ctx("queue job")?;
@@ -964,20 +973,27 @@ impl Db {
     /// on the leaderboard unless `with_scores` (an admin's deletion).
     pub async fn delete_run(&self, id: &str, with_scores: bool) -> Result<(), DbError> {
         let mut tx = self.pool.begin().await.ctx("begin")?;
+        // A job being graded stays until its grading ends, so its key stays
+        // busy (one grading of a key at a time) and, unless an admin deletes,
+        // its score still reaches the leaderboard; its record is not kept.
         let mut statements = vec![
-            "DELETE FROM jobs WHERE run_id = $1",
+            "DELETE FROM jobs WHERE run_id = $1 AND NOT (state = 'running' AND lease_until >= $2)",
             "DELETE FROM results WHERE run_id = $1",
             "DELETE FROM runs WHERE id = $1",
         ];
         if with_scores {
+            statements.push("DELETE FROM jobs WHERE run_id = $1");
             statements.push("DELETE FROM scores WHERE run_id = $1");
         }
+        let now = now_ms();
         for sql in statements {
-            sqlx::query(sql)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .ctx("delete run")?;
+            let query = sqlx::query(sql).bind(id);
+            let query = if sql.contains("$2") {
+                query.bind(now)
+            } else {
+                query
+            };
+            query.execute(&mut *tx).await.ctx("delete run")?;
         }
         tx.commit().await.ctx("commit delete")
     }
@@ -990,13 +1006,23 @@ impl Db {
         // One grading of a key at a time: gradings side by side share the
         // machine (memory, processors), so one prediction's hidden test run
         // could signal to another's public run graded at the same moment.
+        // Jobs of deleted runs whose grading ended without its worker
+        // (their lease ran out) are forgotten.
+        sqlx::query(
+            "DELETE FROM jobs WHERE state = 'running' AND lease_until < $1
+             AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = jobs.run_id)",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .ctx("forget jobs")?;
         let candidates = sqlx::query(
             "SELECT j.id AS id, j.run_id AS run_id, j.seq AS seq, j.entry AS entry, j.attempts AS attempts,
-                    r.dataset_id AS dataset_id, r.key_id AS key_id
+                    r.dataset_id AS dataset_id, r.key_id AS key_id, r.created_at AS run_created_at
              FROM jobs j JOIN runs r ON r.id = j.run_id
              WHERE (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < $1))
-               AND NOT EXISTS (SELECT 1 FROM jobs busy JOIN runs br ON br.id = busy.run_id
-                               WHERE br.key_id = r.key_id AND busy.state = 'running'
+               AND NOT EXISTS (SELECT 1 FROM jobs busy
+                               WHERE busy.key_id = r.key_id AND busy.state = 'running'
                                  AND busy.lease_until >= $1)
              ORDER BY j.queued_at, j.run_id, j.seq LIMIT 16",
         )
@@ -1019,8 +1045,8 @@ impl Db {
             let claimed = sqlx::query(
                 "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2, attempts = attempts + 1
                  WHERE id = $3 AND (state = 'queued' OR (state = 'running' AND lease_until < $4))
-                   AND NOT EXISTS (SELECT 1 FROM jobs busy JOIN runs br ON br.id = busy.run_id
-                                   WHERE br.key_id = $5 AND busy.state = 'running'
+                   AND NOT EXISTS (SELECT 1 FROM jobs busy
+                                   WHERE busy.key_id = $5 AND busy.state = 'running'
                                      AND busy.lease_until >= $4 AND busy.id <> $3)",
             )
             .bind(owner)
@@ -1040,6 +1066,8 @@ impl Db {
                     entry: c.try_get("entry").ctx("read job")?,
                     attempts: c.try_get::<i64, _>("attempts").ctx("read job")? + 1,
                     dataset_id: c.try_get("dataset_id").ctx("read job")?,
+                    run_created_at: c.try_get("run_created_at").ctx("read job")?,
+                    key_id,
                     id,
                 }));
             }
@@ -1108,9 +1136,11 @@ impl Db {
             tx.rollback().await.ctx("rollback")?;
             return Ok(false);
         }
+        // A job whose run was deleted while it was graded leaves no record.
         let stored = sqlx::query(
             "INSERT INTO results (run_id, seq, instance_id, model, reward, verdict, record, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (run_id, seq) DO NOTHING",
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)
+             ON CONFLICT (run_id, seq) DO NOTHING",
         )
         .bind(&job.run_id)
         .bind(job.seq)
@@ -1124,21 +1154,32 @@ impl Db {
         .await
         .ctx("store result")?
         .rows_affected();
-        if stored == 1 {
+        sqlx::query(
+            "INSERT INTO scores (run_id, seq, run_created_at, dataset_id, key_id, model, reward, verdict, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, seq) DO NOTHING",
+        )
+        .bind(&job.run_id)
+        .bind(job.seq)
+        .bind(job.run_created_at)
+        .bind(&job.dataset_id)
+        .bind(&job.key_id)
+        .bind(model)
+        .bind(reward)
+        .bind(verdict)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .ctx("store score")?;
+        if stored == 0 {
+            // The run is gone: so is its job.
             sqlx::query(
-                "INSERT INTO scores (run_id, seq, run_created_at, dataset_id, key_id, model, reward, verdict, created_at)
-                 SELECT $1, $2, r.created_at, r.dataset_id, r.key_id, $3, $4, $5, $6 FROM runs r WHERE r.id = $1
-                 ON CONFLICT (run_id, seq) DO NOTHING",
+                "DELETE FROM jobs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM runs WHERE id = $2)",
             )
+            .bind(&job.id)
             .bind(&job.run_id)
-            .bind(job.seq)
-            .bind(model)
-            .bind(reward)
-            .bind(verdict)
-            .bind(now)
             .execute(&mut *tx)
             .await
-            .ctx("store score")?;
+            .ctx("forget job")?;
         }
         sqlx::query(
             "UPDATE runs SET finished_at = $1 WHERE id = $2 AND finished_at IS NULL
@@ -1343,6 +1384,37 @@ mod tests {
                 .unwrap());
             let next = db.claim("a", 60_000).await.unwrap().expect("k's next");
             assert_ne!(next.run_id, other);
+            // Deleting a run while its job is graded does not free the key
+            // before the grading ends; the score still reaches the board,
+            // the record is not kept.
+            let busy_run = next.run_id.clone();
+            db.delete_run(&busy_run, false).await.unwrap();
+            db.create_run(&k, "d", 1, &two).await.unwrap().unwrap();
+            assert_eq!(
+                db.claim("b", 60_000).await.unwrap(),
+                None,
+                "k is still busy"
+            );
+            assert!(!db
+                .complete(&next, "a", "i", "m", 0.5, "graded", "{}")
+                .await
+                .unwrap());
+            assert!(db
+                .result_keys()
+                .await
+                .unwrap()
+                .iter()
+                .all(|(r, _)| *r != busy_run));
+            db.create_key("admin", Role::Admin, "admin", Quotas::default())
+                .await
+                .unwrap();
+            let admin = db.key_by_hash("admin").await.unwrap().unwrap();
+            let board = db.leaderboard("d", &admin).await.unwrap();
+            assert_eq!((board[0].submitter.as_str(), board[0].records), ("k", 2));
+            let after = db.claim("b", 60_000).await.unwrap().expect("k is free");
+            assert!(after.run_id != busy_run && after.run_id != other);
+            db.release(&after.id, "b", false).await.unwrap();
+            let next = db.claim("a", 60_000).await.unwrap().expect("claimed");
             // A lease that ran out frees the key.
             db.release(&next.id, "a", false).await.unwrap();
             let held = db.claim("a", 0).await.unwrap().expect("claimed");

@@ -632,7 +632,8 @@ struct UploadQuery {
     public_ladders: Option<bool>,
 }
 
-/// Dataset and key names: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
+/// Dataset and key names: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`, and nothing
+/// that may be a key (others see these names).
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
@@ -640,6 +641,7 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !crate::keys::may_hold_a_key(name)
 }
 
 async fn upload_dataset(
@@ -657,7 +659,8 @@ async fn upload_dataset(
     let name = q.name.unwrap_or_default();
     if !valid_name(&name) {
         return Err(Failure::bad(format!(
-            "`name`: `{name}` is not a dataset name (letters, digits, `.`, `_`, `-`; at most 128)"
+            "`name`: `{}` is not a dataset name (letters, digits, `.`, `_`, `-`; at most 128; nothing that may be an API key)",
+            crate::keys::redact_keys(&name)
         )));
     }
     if state.db.dataset_name_taken(&name).await? {
@@ -860,6 +863,12 @@ async fn submit(
             if p.model_name_or_path.len() > MAX_MODEL_NAME_BYTES {
                 return Err(Failure::bad(format!(
                     "{filename}: {}: model_name_or_path is longer than {MAX_MODEL_NAME_BYTES} bytes",
+                    p.location
+                )));
+            }
+            if crate::keys::may_hold_a_key(&p.model_name_or_path) {
+                return Err(Failure::bad(format!(
+                    "{filename}: {}: model_name_or_path looks like an API key (every submitter of the dataset sees model names)",
                     p.location
                 )));
             }

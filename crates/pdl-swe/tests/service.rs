@@ -1752,6 +1752,36 @@ fn a_submitters_view_moves_on_in_steps() {
         b"",
     );
     assert_eq!(a3.status, 404);
+    // Other spellings: upper case, the bare digits.
+    for spelled in [sam.to_ascii_uppercase(), sam[5..].to_string()] {
+        let a = http(
+            &addr,
+            "GET",
+            &format!("/api/runs/{spelled}"),
+            Some(&sam),
+            b"",
+        );
+        assert_eq!(a.status, 404);
+        assert!(
+            !String::from_utf8_lossy(&a.body).contains(&spelled[8..]),
+            "{}",
+            String::from_utf8_lossy(&a.body)
+        );
+    }
+    // A key is no model name: every submitter of the dataset sees those.
+    let named = format!(
+        "{{\"instance_id\": \"pdl_fixture_calc_001-v1\", \"model_name_or_path\": \"{sam}\", \"model_patch\": \"\"}}\n"
+    );
+    let a = http(
+        &addr,
+        "POST",
+        "/api/runs?dataset=fx",
+        Some(&sam),
+        named.as_bytes(),
+    );
+    assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&a.body));
+    assert!(a.error().contains("looks like an API key"), "{}", a.error());
+    assert!(!a.error().contains(&sam[5..]), "{}", a.error());
     for body in [&a.body, &a2.body] {
         let text = String::from_utf8_lossy(body);
         assert!(
@@ -1767,6 +1797,7 @@ fn a_submitters_view_moves_on_in_steps() {
         !log.contains(&sam[5..]) && !log.contains(&admin[5..]),
         "{log}"
     );
+    assert!(!log.to_ascii_lowercase().contains(&sam[5..]), "{log}");
 }
 
 #[test]

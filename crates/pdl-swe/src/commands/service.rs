@@ -40,6 +40,12 @@ pub fn serve(args: &ServeArgs) -> Result<i32, ExitError> {
             upload_bytes_per_day: k.upload_bytes_per_day,
             requests_per_minute: k.requests_per_minute,
         };
+        // Key names are shown to others (the leaderboard's `submitter`).
+        if pdl_service::keys::may_hold_a_key(&k.name) {
+            return Err(ExitError::usage(anyhow::anyhow!(
+                "--name: looks like an API key; key names are shown to other submitters"
+            )));
+        }
         let key = server::create_key(
             data_dir(&k.store)?,
             k.store.database.as_deref(),
