@@ -8,7 +8,7 @@
 //! listener bounds how long a client may take to send its headers. A refused
 //! upload changes nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -267,6 +267,8 @@ pub fn serve(
         tasks: tasks.clone(),
         limits: config.limits,
         windows: Mutex::new(HashMap::new()),
+        uploading: Mutex::new(HashSet::new()),
+        uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS_AT_ONCE)),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = {
@@ -327,6 +329,56 @@ struct AppState {
     limits: Limits,
     /// Per key: the start of its current minute and the requests in it.
     windows: Mutex<HashMap<String, (Instant, i64)>>,
+    /// Keys with an upload (a dataset or predictions) being received: one
+    /// at a time per key, since a body is held in memory until it is read.
+    uploading: Mutex<HashSet<String>>,
+    /// Uploads being received at once, from all keys.
+    uploads: Arc<tokio::sync::Semaphore>,
+}
+
+/// Uploads the service receives at once (each held in memory up to its
+/// route's bound until it is read).
+pub const MAX_UPLOADS_AT_ONCE: usize = 4;
+
+/// The bytes a prediction is charged beyond its own: what its job, record and
+/// score take to store.
+pub const STORED_BYTES_PER_PREDICTION: i64 = 2048;
+
+/// Lets one upload of a key in at a time, and [`MAX_UPLOADS_AT_ONCE`] of all
+/// keys (the others wait): a body is held in memory until it is read.
+async fn one_upload_at_a_time(
+    State(state): State<Shared>,
+    Extension(key): Extension<KeyRow>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    if !state
+        .uploading
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key.id.clone())
+    {
+        return Failure::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "this key is already sending an upload; send one at a time",
+        )
+        .into_response();
+    }
+    let response = match state.uploads.clone().acquire_owned().await {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => {
+            Failure::new(StatusCode::SERVICE_UNAVAILABLE, "the service is stopping").into_response()
+        }
+    };
+    state
+        .uploading
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key.id);
+    response
 }
 
 type Shared = Arc<AppState>;
@@ -372,7 +424,11 @@ fn router(state: Shared, log: Arc<Log>) -> Router {
             "/api/datasets",
             get(list_datasets)
                 .post(upload_dataset)
-                .layer(DefaultBodyLimit::max(limits.max_dataset_bytes)),
+                .layer(DefaultBodyLimit::max(limits.max_dataset_bytes))
+                .route_layer(middleware::from_fn_with_state(
+                    state.clone(),
+                    one_upload_at_a_time,
+                )),
         )
         .route("/api/datasets/{name}", get(dataset_detail))
         .route("/api/datasets/{name}/agent-view", get(agent_view))
@@ -381,7 +437,11 @@ fn router(state: Shared, log: Arc<Log>) -> Router {
             "/api/runs",
             get(list_runs)
                 .post(submit)
-                .layer(DefaultBodyLimit::max(limits.max_predictions_bytes)),
+                .layer(DefaultBodyLimit::max(limits.max_predictions_bytes))
+                .route_layer(middleware::from_fn_with_state(
+                    state.clone(),
+                    one_upload_at_a_time,
+                )),
         )
         .route("/api/runs/{id}", get(run_status).delete(delete_run))
         .route("/api/runs/{id}/report", get(run_report))
@@ -903,9 +963,12 @@ async fn submit(
         .map(|e| serde_json::to_string(&StoredEntry::from(e)).expect("plain data serializes"))
         .collect();
     // The quotas are checked and charged in the run's own transaction.
+    // Each prediction is charged what its job, record and score take to
+    // store too: a file of many tiny (even invalid) lines is not cheap.
+    let charged = body.len() as i64 + stored.len() as i64 * STORED_BYTES_PER_PREDICTION;
     let id = state
         .db
-        .create_run(&key, &d.id, body.len() as i64, &stored)
+        .create_run(&key, &d.id, charged, &stored)
         .await?
         .map_err(|quota| Failure::new(StatusCode::TOO_MANY_REQUESTS, quota.to_string()))?;
     let run = state
@@ -1070,6 +1133,8 @@ mod tests {
                 tasks: Arc::new(TaskCache::default()),
                 limits: Limits::default(),
                 windows: Mutex::new(HashMap::new()),
+                uploading: Mutex::new(HashSet::new()),
+                uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS_AT_ONCE)),
             });
             let log: Arc<Log> = Arc::new(|_| {});
             let app = router(state, log);

@@ -1330,6 +1330,25 @@ fn quotas_rate_limits_and_malformed_uploads_are_refused_and_change_nothing() {
         "{:?}",
         started.elapsed()
     );
+    // One upload of a key at a time: a body is held in memory until read.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    write!(
+        slow,
+        "POST /api/runs?dataset=fx HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {admin}\r\nContent-Length: 60000\r\n\r\n{{"
+    )
+    .unwrap();
+    slow.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let a = http(&addr, "POST", "/api/runs?dataset=fx", Some(&admin), b"[]");
+    assert_eq!(a.status, 429, "{}", String::from_utf8_lossy(&a.body));
+    assert!(a.error().contains("one at a time"), "{}", a.error());
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(300));
+    // Listing is not an upload.
+    assert_eq!(
+        http(&addr, "GET", "/api/runs", Some(&admin), b"").status,
+        200
+    );
     // The scheme is case-insensitive.
     let a = http_raw(
         &addr,
@@ -1508,12 +1527,24 @@ fn quotas_hold_under_races(store: &Store) {
     let addr = service.addr.clone();
     upload_fx(&addr, &admin, &good);
 
+    // Requests sent at once; one the service turns away because the key is
+    // already sending an upload is sent again, so that every request meets
+    // the quota check.
     let parallel = |key: &str, paths: Vec<String>, body: &[u8]| -> Vec<Answer> {
         let addr = addr.as_str();
         std::thread::scope(|scope| {
             let handles: Vec<_> = paths
                 .iter()
-                .map(|path| scope.spawn(move || http(addr, "POST", path, Some(key), body)))
+                .map(|path| {
+                    scope.spawn(move || loop {
+                        let a = http(addr, "POST", path, Some(key), body);
+                        if a.status == 429 && a.error().contains("one at a time") {
+                            std::thread::sleep(Duration::from_millis(10));
+                            continue;
+                        }
+                        return a;
+                    })
+                })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         })
@@ -1629,6 +1660,12 @@ fn quotas_hold_under_races(store: &Store) {
     let me = http(&addr, "GET", "/api/whoami", Some(&erin), b"").json();
     assert_eq!(me["used"]["runs"], 2, "{me}");
     assert_eq!(me["quotas"]["runs_per_day"], 2, "{me}");
+    // Each prediction is charged what storing it takes, beside its bytes.
+    assert_eq!(
+        me["used"]["bytes"].as_i64(),
+        Some(2 * (prediction.len() as i64 + 2048)),
+        "{me}"
+    );
 }
 
 /// A submitter sees a run move on only in steps of `--publish-every`: when a
