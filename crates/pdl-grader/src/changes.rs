@@ -382,40 +382,22 @@ pub fn build_graded_tree(
     graded: &BTreeMap<String, GradedChange>,
     hidden: &[RepoFile],
 ) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir(dir)?;
-    // Every file is created new, relative to the folder's descriptor, one
-    // plain component at a time and never through a link (`pdl_fs::Dir`);
-    // a path that is not a safe repository path is refused before any call.
     let root = pdl_fs::Dir::open(dir)?;
-    let write = |path: &str, bytes: &[u8], executable: bool| -> std::io::Result<()> {
-        pdl_task::safe::check_repo_path(path).map_err(|why| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{}: unsafe path: {why}", dir.join(path).display()),
-            )
-        })?;
-        let mut file = root.open_file(Path::new(path), pdl_fs::OpenMode::CreateNew)?;
-        if executable {
-            file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
-        }
-        file.write_all(bytes)
-    };
     for file in pristine {
         match graded.get(&file.path) {
             Some(GradedChange::Delete) => {}
             Some(GradedChange::Write { bytes, executable }) => {
-                write(&file.path, bytes, *executable)?
+                write_new(&root, dir, &file.path, bytes, *executable)?
             }
-            None => write(&file.path, file.content.as_bytes(), false)?,
+            None => write_new(&root, dir, &file.path, file.content.as_bytes(), false)?,
         }
     }
     let pristine_paths: BTreeSet<&str> = pristine.iter().map(|f| f.path.as_str()).collect();
     for (path, change) in graded {
         if let GradedChange::Write { bytes, executable } = change {
             if !pristine_paths.contains(path.as_str()) {
-                write(path, bytes, *executable)?;
+                write_new(&root, dir, path, bytes, *executable)?;
             }
         }
     }
@@ -423,21 +405,39 @@ pub fn build_graded_tree(
 }
 
 /// Writes the hidden test files into a graded tree built before, with the
-/// same care: created new, never through a link.
+/// same care.
 pub fn install_hidden_tests(dir: &Path, hidden: &[RepoFile]) -> std::io::Result<()> {
-    use std::io::Write;
     let root = pdl_fs::Dir::open(dir)?;
     for file in hidden {
-        pdl_task::safe::check_repo_path(&file.path).map_err(|why| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{}: unsafe path: {why}", dir.join(&file.path).display()),
-            )
-        })?;
-        root.open_file(Path::new(&file.path), pdl_fs::OpenMode::CreateNew)?
-            .write_all(file.content.as_bytes())?;
+        write_new(&root, dir, &file.path, file.content.as_bytes(), false)?;
     }
     Ok(())
+}
+
+/// Creates `path` in the graded tree `dir` (open as `root`). Every file is
+/// created new, relative to the folder's descriptor, one plain component at a
+/// time and never through a link (`pdl_fs::Dir`); a path that is not a safe
+/// repository path is refused before any call.
+fn write_new(
+    root: &pdl_fs::Dir,
+    dir: &Path,
+    path: &str,
+    bytes: &[u8],
+    executable: bool,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    pdl_task::safe::check_repo_path(path).map_err(|why| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: unsafe path: {why}", dir.join(path).display()),
+        )
+    })?;
+    let mut file = root.open_file(Path::new(path), pdl_fs::OpenMode::CreateNew)?;
+    if executable {
+        file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    }
+    file.write_all(bytes)
 }
 
 #[cfg(test)]

@@ -729,6 +729,21 @@ impl Db {
         Self::used_since(&self.pool, key, "bytes", now_ms() - QUOTA_WINDOW_MS).await
     }
 
+    /// Writes key `key_id`'s row inside `tx` (changing nothing): that takes
+    /// PostgreSQL's row lock and SQLite's write lock until `tx` ends, so the
+    /// transactions of one key that call this take turns.
+    async fn lock_key(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        key_id: &str,
+    ) -> Result<(), DbError> {
+        sqlx::query("UPDATE api_keys SET runs_per_day = runs_per_day WHERE id = $1")
+            .bind(key_id)
+            .execute(&mut **tx)
+            .await
+            .ctx("lock key")?;
+        Ok(())
+    }
+
     /// Charges `charge` to `key` inside `tx`, or says which quota it would
     /// exceed. The key's row is written first: that takes PostgreSQL's row
     /// lock and SQLite's write lock until the transaction ends, so two
@@ -739,11 +754,7 @@ impl Db {
         key: &KeyRow,
         charge: Charge,
     ) -> Result<Result<(), QuotaExceeded>, DbError> {
-        sqlx::query("UPDATE api_keys SET runs_per_day = runs_per_day WHERE id = $1")
-            .bind(&key.id)
-            .execute(&mut **tx)
-            .await
-            .ctx("lock key")?;
+        Self::lock_key(tx, &key.id).await?;
         let since = now_ms() - QUOTA_WINDOW_MS;
         if charge.runs > 0 {
             let used = Self::used_since(&mut **tx, key, "run", since).await?;
@@ -1037,11 +1048,7 @@ impl Db {
             // The key's row is written first: PostgreSQL's row lock (SQLite's
             // write lock) makes two workers' claims for one key take turns, so
             // the check below sees the other's claim.
-            sqlx::query("UPDATE api_keys SET runs_per_day = runs_per_day WHERE id = $1")
-                .bind(&key_id)
-                .execute(&mut *tx)
-                .await
-                .ctx("lock key")?;
+            Self::lock_key(&mut tx, &key_id).await?;
             let claimed = sqlx::query(
                 "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2, attempts = attempts + 1
                  WHERE id = $3 AND (state = 'queued' OR (state = 'running' AND lease_until < $4))
