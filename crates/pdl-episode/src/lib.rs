@@ -55,7 +55,7 @@ pub use gateway::{
 };
 pub use provider::ApiKind;
 pub use replay::{
-    Conversation, ReplayConfig, ReplayError, ReplayScript, ReplayServer, Reply, ReplyUsage,
-    ToolCall,
+    ConsoleError, ConsoleMailbox, Conversation, NextRequest, PendingRequest, ReplayConfig,
+    ReplayError, ReplayScript, ReplayServer, Reply, ReplyUsage, ToolCall,
 };
 pub use server::{ServerLimits, StartError};

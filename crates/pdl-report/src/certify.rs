@@ -9,7 +9,10 @@
 //! [`CertificateStore`] writes into the task tree's `certificates/` folder
 //! (never through a link, never over an existing file) and reads back.
 //! [`certify_task`] applies the [`Gates`] to a task's certificates: a
-//! certificate whose task digest is not the task's is stale and not counted.
+//! certificate whose task digest is not the task's is stale and not counted,
+//! and in a tier the gates hold to the token contract (T4 and T5 by default,
+//! after the card), neither is one whose attempts were not metered against the
+//! task's own token budget.
 //!
 //! Nothing here prints: unreadable lines, records of unknown tasks and
 //! unreadable certificates are [`Warning`]s naming the file and line.
@@ -788,16 +791,22 @@ pub struct Gates {
     /// T5 task nobody dents is more likely unfair than hard, so its gate
     /// needs the attempts to make real progress.
     pub min_mean_hidden_pass: BTreeMap<String, f64>,
+    /// Tiers whose gates count only attempts metered against the task's own
+    /// token budget (episodes through the gateway): the card defines them by
+    /// what agents reach under that contract, which an unmetered attempt does
+    /// not show.
+    pub metered_tiers: Vec<String>,
 }
 
 impl Default for Gates {
     /// After the card: T4 needs 2 attempts (one below 1.0 and one at 1.0), T5
     /// needs 3, all below 1.0, passing on average at least 30% of the hidden
-    /// tests.
+    /// tests; both count only attempts metered against the task's budget.
     fn default() -> Self {
         Gates {
             min_attempts: BTreeMap::from([("T4".to_string(), 2), ("T5".to_string(), 3)]),
             min_mean_hidden_pass: BTreeMap::from([("T5".to_string(), 0.3)]),
+            metered_tiers: vec!["T4".to_string(), "T5".to_string()],
         }
     }
 }
@@ -810,6 +819,8 @@ struct GatesFile {
     min_attempts: BTreeMap<String, usize>,
     #[serde(default)]
     min_mean_hidden_pass: BTreeMap<String, f64>,
+    #[serde(default)]
+    metered_tiers: Option<Vec<String>>,
 }
 
 /// The tiers a gates file may name.
@@ -849,6 +860,14 @@ impl Gates {
             }
             gates.min_mean_hidden_pass.insert(tier, min);
         }
+        if let Some(tiers) = parsed.metered_tiers {
+            if let Some(tier) = tiers.iter().find(|t| !TIERS.contains(&t.as_str())) {
+                return Err(err(format!(
+                    "`metered_tiers`: {tier} is not a tier (T1 … T5)"
+                )));
+            }
+            gates.metered_tiers = tiers;
+        }
         Ok(gates)
     }
 
@@ -878,6 +897,11 @@ impl Gates {
     /// The minimum attempts of a tier.
     pub fn min_attempts(&self, tier: &str) -> usize {
         self.min_attempts.get(tier).copied().unwrap_or(0)
+    }
+
+    /// Whether a tier's gate counts only attempts metered against the task's budget.
+    pub fn needs_metering(&self, tier: &str) -> bool {
+        self.metered_tiers.iter().any(|t| t == tier)
     }
 
     /// The least mean hidden pass fraction of a tier (0 when none is set).
@@ -913,6 +937,9 @@ pub struct TaskCertification {
     pub certificates: usize,
     /// Stale certificates (another task digest; not counted), by file.
     pub stale: Vec<String>,
+    /// Certificates not counted because the tier's gate needs attempts
+    /// metered against the task's token budget and theirs were not, by file.
+    pub unmetered: Vec<String>,
     /// The agents of the fresh certificates (`AgentKey::label`).
     pub agents: Vec<String>,
     /// Attempts of the fresh certificates.
@@ -940,7 +967,9 @@ impl TaskCertification {
     /// brackets counts attempts).
     pub fn short_status(&self) -> String {
         if self.certificates == 0 {
-            return if self.stale.is_empty() {
+            return if !self.unmetered.is_empty() {
+                format!("{} unmetered", self.tier)
+            } else if self.stale.is_empty() {
                 "-".into()
             } else {
                 "stale".into()
@@ -980,7 +1009,9 @@ pub fn certify_task(
     let digest = task.digest();
     let mut warnings = Vec::new();
     let mut stale = Vec::new();
+    let mut unmetered = Vec::new();
     let mut fresh = Vec::new();
+    let needs_metering = gates.needs_metering(&task.row.tier);
     for s in stored {
         let c = &s.certificate;
         if c.task_id != task.row.task_id {
@@ -994,6 +1025,8 @@ pub fn certify_task(
             ));
         } else if c.task_digest != digest {
             stale.push(s.file.clone());
+        } else if needs_metering && c.budget != Some(task.row.token_budget) {
+            unmetered.push(s.file.clone());
         } else {
             fresh.push(c);
         }
@@ -1028,6 +1061,12 @@ pub fn certify_task(
     let gate = if (gated && fresh.is_empty()) || attempts < min_attempts {
         GateStatus::Insufficient(if fresh.is_empty() && !stale.is_empty() {
             format!("every certificate is stale ({})", stale.len())
+        } else if fresh.is_empty() && !unmetered.is_empty() {
+            format!(
+                "no certificate metered against the task's budget of {} tokens ({} unmetered)",
+                task.row.token_budget,
+                unmetered.len()
+            )
         } else if fresh.is_empty() {
             "no certificate".to_string()
         } else {
@@ -1058,6 +1097,7 @@ pub fn certify_task(
             tier: tier.to_string(),
             certificates: fresh.len(),
             stale,
+            unmetered,
             agents,
             attempts,
             solved,
@@ -1337,7 +1377,7 @@ mod tests {
         let key = AgentKey {
             agent: agent.into(),
             model: agent.into(),
-            budget: Some(500_000),
+            budget: Some(t.row.token_budget),
         };
         StoredCertificate {
             file: format!("{agent}.json"),
@@ -1416,6 +1456,61 @@ mod tests {
         // Still fresh for the task it was made for.
         let (c, _) = certify_task(&t, &[old], &Gates::default());
         assert_eq!(c.gate, GateStatus::Holds);
+    }
+
+    #[test]
+    fn gated_tiers_count_only_attempts_metered_against_the_tasks_budget() {
+        let t = task("b", "T5");
+        let gates = Gates::default();
+        let with_budget = |agent: &str, budget: Option<i64>| {
+            let mut s = cert(&t, agent, &[0.5, 0.6, 0.7]);
+            s.certificate.budget = budget;
+            s.file = format!("{agent}.json");
+            s
+        };
+        let budget = t.row.token_budget;
+        // Unmetered attempts (a predictions file) and attempts metered against
+        // another budget certify nothing in T5, however they scored.
+        let (c, _) = certify_task(
+            &t,
+            &[
+                with_budget("free", None),
+                with_budget("big", Some(budget * 10)),
+            ],
+            &gates,
+        );
+        assert_eq!(c.certificates, 0);
+        assert_eq!(c.unmetered, vec!["free.json", "big.json"]);
+        assert!(!c.supported);
+        assert!(
+            c.gate_text()
+                .contains("no certificate metered against the task's budget"),
+            "{}",
+            c.gate_text()
+        );
+        assert_eq!(c.short_status(), "T5 unmetered");
+        let (c, _) = certify_task(
+            &t,
+            &[
+                with_budget("free", None),
+                with_budget("metered", Some(budget)),
+            ],
+            &gates,
+        );
+        assert_eq!(c.certificates, 1);
+        assert_eq!(c.unmetered, vec!["free.json"]);
+        assert_eq!(c.gate, GateStatus::Holds);
+        // A gates file can drop the requirement; T1–T3 never have it by default.
+        let relaxed = Gates::parse("metered_tiers: []\n", "g.yaml").unwrap();
+        let (c, _) = certify_task(&t, &[with_budget("free", None)], &relaxed);
+        assert_eq!((c.certificates, c.gate.clone()), (1, GateStatus::Holds));
+        let low = task("c", "T3");
+        let mut free = cert(&low, "free", &[1.0]);
+        free.certificate.budget = None;
+        let (c, _) = certify_task(&low, &[free], &gates);
+        assert_eq!((c.certificates, c.gate.clone()), (1, GateStatus::NoGate));
+        let e = Gates::parse("metered_tiers: [T6]\n", "g.yaml").unwrap_err();
+        assert!(e.to_string().contains("`metered_tiers`: T6"), "{e}");
     }
 
     #[test]

@@ -84,7 +84,8 @@ pub enum Command {
     Run(Box<RunCampaignArgs>),
     /// Write the reports of a campaign's run folder.
     Report(ReportArgs),
-    /// The replay model: a local OpenAI- and Anthropic-compatible server.
+    /// Local models: the replay model (canned replies) and the console model
+    /// (replies written by hand), both OpenAI- and Anthropic-compatible servers.
     #[command(subcommand)]
     Model(ModelCommand),
     /// Dated certificates per task and agent from graded results; --check
@@ -369,6 +370,52 @@ pub enum ModelCommand {
         /// Added latency per reply, in milliseconds.
         #[arg(long, default_value_t = 0, value_name = "MS")]
         latency_ms: u64,
+    },
+    /// Serve the console model until Ctrl-C: every request is written to a
+    /// mailbox folder and answered with the reply a person (or a program)
+    /// writes there with `model reply`. Usage is estimated, never declared.
+    Console {
+        /// The mailbox folder (created if missing).
+        #[arg(long, value_name = "DIR")]
+        mailbox: PathBuf,
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+    },
+    /// Wait for the console model's next request and show it.
+    Turn {
+        /// The mailbox folder.
+        #[arg(long, value_name = "DIR")]
+        mailbox: PathBuf,
+        /// How long to wait for a request, in seconds.
+        #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+        wait: f64,
+    },
+    /// Answer the console model's waiting request, then wait for the next one
+    /// and show it. The reply is JSON (`{"content": …, "tool_calls": [{"name":
+    /// …, "arguments": {…}}], "finish": false}`) read from --file, or built
+    /// from --shell, --say or --finish.
+    #[command(group(clap::ArgGroup::new("answer").required(true).args(["file", "shell", "say", "finish"])))]
+    Reply {
+        /// The mailbox folder.
+        #[arg(long, value_name = "DIR")]
+        mailbox: PathBuf,
+        /// The reply as JSON (`-` reads standard input).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Shorthand: one `run_shell` call with this command.
+        #[arg(long, value_name = "COMMAND")]
+        shell: Option<String>,
+        /// Shorthand: a text reply without a tool call.
+        #[arg(long, value_name = "TEXT")]
+        say: Option<String>,
+        /// Shorthand: one `finish` call with this summary (the built-in agent
+        /// then stops and the workspace is graded).
+        #[arg(long, value_name = "SUMMARY")]
+        finish: Option<String>,
+        /// How long to wait for the next request, in seconds.
+        #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+        wait: f64,
     },
 }
 

@@ -808,9 +808,41 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
         "{names:?}"
     );
 
-    // The gates: the T1 task is reported, the T5 task fails its gate.
+    // By default a T5 gate counts only episodes metered against the task's
+    // budget: graded predictions certify nothing there.
+    let out = pdl_swe(&[
+        "certify",
+        "--check",
+        "--dataset",
+        tree.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t5 = summary["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == T5)
+        .unwrap()
+        .clone();
+    assert_eq!(t5["gate"]["status"], "insufficient", "{t5}");
+    assert_eq!(t5["certificates"], 0, "{t5}");
+    assert_eq!(t5["unmetered"].as_array().unwrap().len(), 3, "{t5}");
+
+    // With the metering requirement dropped: the T1 task is reported, the T5
+    // task fails its gate.
+    let unmetered_gates = dir.path().join("unmetered-gates.yaml");
+    std::fs::write(&unmetered_gates, "metered_tiers: []\n").unwrap();
     let check = |extra: &[&str]| {
-        let mut args = vec!["certify", "--check", "--dataset", tree.to_str().unwrap()];
+        let mut args = vec![
+            "certify",
+            "--check",
+            "--dataset",
+            tree.to_str().unwrap(),
+            "--gates",
+            unmetered_gates.to_str().unwrap(),
+        ];
         args.extend_from_slice(extra);
         pdl_swe(&args)
     };
@@ -894,7 +926,7 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let listed = |id: &str| stdout.lines().find(|l| l.contains(id)).unwrap().to_string();
     assert!(listed(T1).contains("T1 1/2 solved"), "{stdout}");
-    assert!(listed(T5).contains("T5 fails (3)"), "{stdout}");
+    assert!(listed(T5).contains("T5 unmetered"), "{stdout}");
 
     // Once the task changes, its certificates are stale and not counted.
     let manifest = tree.join(T1).join("manifest.yaml");

@@ -14,9 +14,13 @@
 //! output cap is below the reply's output tokens gets the reply cut to the cap
 //! (`finish_reason: "length"`, `stop_reason: "max_tokens"`), like a real model.
 //!
+//! [`ReplayServer::start_console`] serves the console model instead: the same
+//! API, with every reply written by hand through a [`ConsoleMailbox`].
+//!
 //! [`ReplayScript::from_trajectory`] turns a gateway trajectory back into a script
 //! so that a recorded episode can be re-run exactly.
 
+mod console;
 mod import;
 mod render;
 mod script;
@@ -38,6 +42,7 @@ use axum::Router;
 use bytes::Bytes;
 use serde_json::Value;
 
+pub use console::{ConsoleError, ConsoleMailbox, NextRequest, PendingRequest};
 pub use script::{Conversation, ReplayScript, Reply, ReplyUsage, ToolCall};
 
 use crate::provider::{error_response, json_response, models_body, not_found, ApiKind, ErrorKind};
@@ -105,6 +110,9 @@ pub enum ReplayError {
     /// The server could not start.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// The console model's mailbox could not be opened.
+    #[error(transparent)]
+    Mailbox(Box<ConsoleError>),
     /// Waiting for Ctrl-C or SIGTERM failed.
     #[error("cannot wait for a shutdown signal: {0}")]
     Signal(#[source] io::Error),
@@ -145,11 +153,37 @@ pub struct ReplayServer {
 impl ReplayServer {
     /// Binds the address and starts serving.
     pub fn start(config: ReplayConfig) -> Result<ReplayServer, ReplayError> {
-        let state = Arc::new(ReplayState {
-            script: config.script,
+        let state = ReplayState {
+            source: ReplySource::Script(config.script),
             latency: config.latency,
             chunk_delay: config.stream_chunk_delay,
-        });
+        };
+        ReplayServer::serve(state, config.listen, "pdl-replay")
+    }
+
+    /// Binds `listen` and serves the console model: each request is written to
+    /// `mailbox` and answered with the reply written there (see
+    /// [`ConsoleMailbox`]). Usage is always estimated, never taken from a reply.
+    pub fn start_console(
+        mailbox: ConsoleMailbox,
+        listen: SocketAddr,
+    ) -> Result<ReplayServer, ReplayError> {
+        let console = console::ConsoleServerState::new(mailbox)
+            .map_err(|e| ReplayError::Mailbox(Box::new(e)))?;
+        let state = ReplayState {
+            source: ReplySource::Console(console),
+            latency: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+        };
+        ReplayServer::serve(state, listen, "pdl-console")
+    }
+
+    fn serve(
+        state: ReplayState,
+        listen: SocketAddr,
+        name: &'static str,
+    ) -> Result<ReplayServer, ReplayError> {
+        let state = Arc::new(state);
         let router = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/chat/completions", post(chat_completions))
@@ -160,13 +194,7 @@ impl ReplayServer {
             .fallback(fallback)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(state);
-        let server = HttpServer::start(
-            "pdl-replay",
-            router,
-            config.listen,
-            None,
-            ServerLimits::default(),
-        )?;
+        let server = HttpServer::start(name, router, listen, None, ServerLimits::default())?;
         Ok(ReplayServer { server })
     }
 
@@ -206,9 +234,17 @@ impl std::fmt::Debug for ReplayServer {
 }
 
 struct ReplayState {
-    script: ReplayScript,
+    source: ReplySource,
     latency: Duration,
     chunk_delay: Duration,
+}
+
+/// Where replies come from.
+enum ReplySource {
+    /// Canned, from a script.
+    Script(ReplayScript),
+    /// Written by hand, one at a time.
+    Console(console::ConsoleServerState),
 }
 
 async fn chat_completions(State(state): State<Arc<ReplayState>>, body: Bytes) -> Response {
@@ -245,28 +281,53 @@ async fn answer(state: &ReplayState, api: ApiKind, body: &[u8]) -> Response {
     let Some(messages) = request.get("messages").and_then(Value::as_array) else {
         return bad_request(api, "the request has no `messages` array");
     };
+    let turn = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .count();
+    let script = match &state.source {
+        ReplySource::Script(script) => script,
+        ReplySource::Console(console) => {
+            let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+            let include_usage = request
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                == Some(true);
+            let exchanged = console
+                .exchange(api, &request, turn, |reply| {
+                    let rendered = Rendered::new(api, 0, turn, reply, &request);
+                    let tokens = rendered.total_tokens();
+                    let body = if stream {
+                        Err(rendered.events(include_usage))
+                    } else {
+                        Ok(rendered.json())
+                    };
+                    (body, tokens)
+                })
+                .await;
+            return match exchanged {
+                Ok(Ok(json)) => json_response(StatusCode::OK, &json),
+                Ok(Err(events)) => event_stream(events, Duration::ZERO),
+                Err(e) => error_response(
+                    api,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorKind::Upstream,
+                    &e.to_string(),
+                ),
+            };
+        }
+    };
     let text = searchable_text(&request);
-    let Some((index, conversation)) =
-        state
-            .script
-            .conversations
-            .iter()
-            .enumerate()
-            .find(|(_, c)| {
-                c.match_text
-                    .as_deref()
-                    .is_none_or(|needle| text.contains(needle))
-            })
-    else {
+    let Some((index, conversation)) = script.conversations.iter().enumerate().find(|(_, c)| {
+        c.match_text
+            .as_deref()
+            .is_none_or(|needle| text.contains(needle))
+    }) else {
         return bad_request(
             api,
             "no conversation of the replay script matches the request",
         );
     };
-    let turn = messages
-        .iter()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-        .count();
     let Some(reply) = conversation.replies.get(turn) else {
         return bad_request(
             api,
@@ -288,8 +349,11 @@ async fn answer(state: &ReplayState, api: ApiKind, body: &[u8]) -> Response {
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    let events = rendered.events(include_usage);
-    let delay = state.chunk_delay;
+    event_stream(rendered.events(include_usage), state.chunk_delay)
+}
+
+/// A `text/event-stream` response of `events`, `delay` apart.
+fn event_stream(events: Vec<Bytes>, delay: Duration) -> Response {
     let stream = futures_util::stream::unfold(
         (events.into_iter(), true),
         move |(mut events, first)| async move {

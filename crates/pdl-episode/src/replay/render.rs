@@ -89,6 +89,11 @@ impl<'a> Rendered<'a> {
         }
     }
 
+    /// The input and output tokens the response reports.
+    pub(crate) fn total_tokens(&self) -> u64 {
+        self.usage.input_tokens + self.usage.output_tokens
+    }
+
     /// The complete (not streamed) response body.
     pub(crate) fn json(&self) -> Value {
         match self.api {
@@ -336,7 +341,7 @@ impl<'a> Rendered<'a> {
 
 /// The output cap a request asks for: OpenAI `max_completion_tokens` or
 /// `max_tokens` (the smaller), Anthropic `max_tokens`.
-fn output_cap(api: ApiKind, request: &Value) -> Option<u64> {
+pub(crate) fn output_cap(api: ApiKind, request: &Value) -> Option<u64> {
     let keys: &[&str] = match api {
         ApiKind::OpenAi => &["max_completion_tokens", "max_tokens"],
         ApiKind::Anthropic => &["max_tokens"],
@@ -348,7 +353,7 @@ fn output_cap(api: ApiKind, request: &Value) -> Option<u64> {
 
 /// The estimated output tokens of a reply: its text and tool-call arguments at
 /// four bytes a token, at least 1.
-fn estimated_output(reply: &Reply) -> u64 {
+pub(crate) fn estimated_output(reply: &Reply) -> u64 {
     let bytes = reply.content.as_deref().map_or(0, str::len)
         + reply
             .tool_calls

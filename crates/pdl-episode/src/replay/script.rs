@@ -154,6 +154,25 @@ impl ReplayScript {
     }
 }
 
+/// Parses and checks one reply written by hand (the console model's mailbox):
+/// the fields of a script reply, `usage` excepted, since a reply's usage is
+/// measured, never declared by whoever writes it. `origin` names it in errors.
+pub(crate) fn parse_console_reply(text: &str, origin: &Path) -> Result<Reply, ReplayError> {
+    let value: Value = serde_json::from_str(text).map_err(|source| ReplayError::Syntax {
+        path: origin.to_path_buf(),
+        source,
+    })?;
+    let field_error = |FieldError { field, message }| ReplayError::Field {
+        path: origin.to_path_buf(),
+        field,
+        message,
+    };
+    if let Some(map) = value.as_object() {
+        known_keys(map, "reply", &["content", "tool_calls", "finish"]).map_err(field_error)?;
+    }
+    reply(&value, "reply", true).map_err(field_error)
+}
+
 /// A bad field: its path in the document and what is wrong.
 struct FieldError {
     field: String,

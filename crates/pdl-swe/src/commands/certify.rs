@@ -278,11 +278,7 @@ fn check(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
                 t.add_row(vec![
                     c.instance_id.clone(),
                     c.tier.clone(),
-                    if c.stale.is_empty() {
-                        c.certificates.to_string()
-                    } else {
-                        format!("{} (+{} stale)", c.certificates, c.stale.len())
-                    },
+                    certificate_count(c),
                     c.attempts.to_string(),
                     if c.attempts == 0 {
                         "-".to_string()
@@ -320,4 +316,20 @@ fn check(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
     } else {
         exit::FAILURES
     })
+}
+
+/// Counted certificates, with those not counted: `3 (+1 stale, +2 unmetered)`.
+fn certificate_count(c: &pdl_report::certify::TaskCertification) -> String {
+    let mut extra = Vec::new();
+    if !c.stale.is_empty() {
+        extra.push(format!("+{} stale", c.stale.len()));
+    }
+    if !c.unmetered.is_empty() {
+        extra.push(format!("+{} unmetered", c.unmetered.len()));
+    }
+    if extra.is_empty() {
+        c.certificates.to_string()
+    } else {
+        format!("{} ({})", c.certificates, extra.join(", "))
+    }
 }
