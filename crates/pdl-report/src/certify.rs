@@ -318,7 +318,15 @@ impl Collected {
                     model: text(&episode.model, "model")?,
                     budget: Some(budget),
                 };
-                (key, format!("episode\n{}", text(&episode.key, "key")?))
+                // Independent campaigns of one configuration share episode
+                // keys, so the start time tells their attempts apart; a
+                // re-run (`rerun_of`) replaces its key's earlier record.
+                let identity = format!(
+                    "episode\n{}\n{}",
+                    text(&episode.key, "key")?,
+                    record.provenance.started_at
+                );
+                (key, identity)
             }
             SubmissionKind::Prediction if !episodes_only => {
                 let model = record
@@ -400,11 +408,24 @@ impl Collected {
                 }
             }
         }
+        let rerun_key = record
+            .episode
+            .as_ref()
+            .filter(|e| e.rerun_of.is_some())
+            .and_then(|e| e.key.as_deref())
+            .map(|key| format!("episode\n{key}\n"));
+        if let (None, Some(prefix)) = (&repeated, &rerun_key) {
+            // A re-run episode replaces its key's latest earlier record, as in reports.
+            if let Some(list) = self.groups.get_mut(&group) {
+                if let Some(i) = list.iter().rposition(|a| a.identity.starts_with(prefix)) {
+                    let replaced = list.remove(i);
+                    self.seen.remove(&replaced.identity);
+                }
+            }
+        }
         self.seen.insert(identity, group.clone());
         self.groups.entry(group).or_default().push(attempt);
         match repeated {
-            // A re-run episode replaces its earlier record, as in reports.
-            Some(_) if record.kind == SubmissionKind::Episode => Ok(()),
             Some(earlier) => Err(format!(
                 "repeats the record at {}; counted once",
                 earlier.origin
@@ -1229,6 +1250,12 @@ mod tests {
         let mut first = episode("b-v1", "builtin", 0, 0.0);
         first.verdict = Verdict::HarnessError;
         let mut rerun = episode("b-v1", "builtin", 0, 0.4);
+        rerun.provenance.started_at = "2026-01-01T01:00:00Z".into();
+        crate::testutil::set_episode_field(
+            &mut rerun,
+            "rerun_of",
+            serde_json::json!({"verdict": "harness_error", "detail": "x", "started_at": "t"}),
+        );
         let mut other = episode("b-v1", "builtin", 1, 0.6);
         let mut cheaper = episode("b-v1", "builtin", 2, 0.2);
         set_budget(&mut cheaper, 100);
@@ -1258,6 +1285,44 @@ mod tests {
         assert_eq!(c.groups.len(), 2);
         assert_eq!(key.slug(), "builtin-gpt-x");
         assert_eq!(key.label(), "builtin/gpt-x@5000");
+    }
+
+    #[test]
+    fn campaigns_of_one_configuration_are_separate_attempts_and_exact_repeats_count_once() {
+        let ds = dataset();
+        let digest = ds.get("b-v1").unwrap().digest();
+        // Three campaigns with the same task, agent, model and sample: the
+        // same episode key, started at different times.
+        let attempts: Vec<ResultRecord> = [0.5, 1.0, 0.7]
+            .iter()
+            .enumerate()
+            .map(|(i, reward)| {
+                let mut r = episode("b-v1", "builtin", 0, *reward);
+                r.provenance.task_digest = digest.clone();
+                r.provenance.started_at = format!("2026-01-0{}T00:00:00Z", i + 1);
+                r
+            })
+            .collect();
+        let mut c = Collected::default();
+        c.add_bytes(&jsonl(&attempts), "batch/results.jsonl", false, &ds);
+        // The same file read again: every record repeats exactly.
+        c.add_bytes(&jsonl(&attempts), "copy/results.jsonl", false, &ds);
+        let key = AgentKey {
+            agent: "builtin".into(),
+            model: "gpt-x".into(),
+            budget: Some(5000),
+        };
+        let rewards: Vec<f64> = c.groups[&("b".to_string(), key)]
+            .iter()
+            .map(|a| a.reward)
+            .collect();
+        assert_eq!(rewards, vec![0.5, 1.0, 0.7]);
+        assert_eq!(c.warnings.len(), 3, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].message.contains("counted once"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     fn set_budget(r: &mut ResultRecord, budget: i64) {
