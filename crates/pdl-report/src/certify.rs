@@ -539,6 +539,17 @@ impl Certificate {
         }
     }
 
+    /// Whether `other` records the same measurement: the same task digest,
+    /// agent and attempts read from the same sources. Only the date and the
+    /// certifying harness may differ, so writing it again would count its
+    /// attempts twice.
+    pub fn same_measurement(&self, other: &Certificate) -> bool {
+        let mut a = self.clone();
+        a.date.clone_from(&other.date);
+        a.harness_version.clone_from(&other.harness_version);
+        &a == other
+    }
+
     /// The agent the certificate is about.
     pub fn agent_key(&self) -> AgentKey {
         AgentKey {
@@ -1642,6 +1653,21 @@ mod tests {
         );
         let e = Gates::parse("min_mean_hidden_pass:\n  T0: 0.5\n", "g.yaml").unwrap_err();
         assert!(e.to_string().contains("`min_mean_hidden_pass.T0`"), "{e}");
+    }
+
+    #[test]
+    fn a_certificate_of_the_same_attempts_is_the_same_measurement_whenever_written() {
+        let t = task("b", "T5");
+        let first = cert(&t, "x", &[0.5, 0.7]).certificate;
+        let mut later = first.clone();
+        later.date = "2027-01-01T00:00:00Z".into();
+        later.harness_version = "pdl-swe 9".into();
+        assert!(later.same_measurement(&first));
+        let other = cert(&t, "x", &[0.5, 0.8]).certificate;
+        assert!(!other.same_measurement(&first));
+        let mut elsewhere = first.clone();
+        elsewhere.sources = vec!["other/results.jsonl".into()];
+        assert!(!elsewhere.same_measurement(&first));
     }
 
     #[test]

@@ -784,9 +784,10 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
         .iter()
         .all(|(_, c)| c["rewards"] == serde_json::json!([1.0])));
 
-    // Written again elsewhere, a certificate never replaces an earlier one.
+    // Written again elsewhere, the same results are certified once: a second
+    // run finds every certificate already there and writes none.
     let other = dir.path().join("other");
-    for _ in 0..2 {
+    for run in 0..2 {
         let out = pdl_swe(&[
             "certify",
             results.to_str().unwrap(),
@@ -796,17 +797,50 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
         ]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(summary["certificates"].as_array().unwrap().len(), 5);
+        let (written, already) = if run == 0 { (5, 0) } else { (0, 5) };
+        assert_eq!(summary["certificates"].as_array().unwrap().len(), written);
+        assert_eq!(
+            summary["already_certified"].as_array().unwrap().len(),
+            already
+        );
     }
     let names: Vec<String> = certificates_of(&other, T1)
         .into_iter()
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!(names.len(), 2, "{names:?}");
+    let out = pdl_swe(&[
+        "certify",
+        results.to_str().unwrap(),
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        names.iter().filter(|n| n.ends_with("-2.json")).count() == 2,
-        "{names:?}"
+        text(&out).contains("already certified by") && text(&out).contains("wrote 0 certificates"),
+        "{}",
+        text(&out)
     );
+    // A certificate never replaces an earlier one: a different measurement
+    // under a taken name gets the next suffix.
+    let first = other.join(T1).join("certificates").join(&names[0]);
+    let mut edited: Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
+    edited["sources"] = serde_json::json!(["elsewhere.jsonl"]);
+    std::fs::write(&first, serde_json::to_vec_pretty(&edited).unwrap()).unwrap();
+    let out = pdl_swe(&[
+        "certify",
+        results.to_str().unwrap(),
+        "--out",
+        other.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let names: Vec<String> = certificates_of(&other, T1)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with("-2.json")), "{names:?}");
 
     // By default a T5 gate counts only episodes metered against the task's
     // budget: graded predictions certify nothing there.

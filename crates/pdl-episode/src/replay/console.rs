@@ -110,8 +110,14 @@ pub struct PendingRequest {
 
 impl PendingRequest {
     /// The request as text a person reads: the turn, the token figures, then the
-    /// messages the model has not seen yet.
+    /// messages the model has not seen yet. The messages are the agent's (tool
+    /// output included), so control characters other than newline and tab are
+    /// shown escaped (`\u{1b}`): they never reach the reader's terminal as they are.
     pub fn render(&self) -> String {
+        escape_controls(&self.render_raw())
+    }
+
+    fn render_raw(&self) -> String {
         let s = &self.summary;
         let num = |key: &str| s.get(key).and_then(Value::as_u64).unwrap_or(0);
         let mut out = format!(
@@ -158,6 +164,19 @@ impl PendingRequest {
         }
         out
     }
+}
+
+/// `text` with every control character but newline and tab written as `\u{…}`.
+fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What a wait for the next request found.
@@ -562,6 +581,25 @@ mod tests {
         assert!(!shown.contains("reply at most"), "no cap asked: {shown}");
         assert!(shown.contains("--- tool (c1) ---\nexit 0\n"), "{shown}");
         assert!(shown.contains("--- user ---\ngo on\n"), "{shown}");
+    }
+
+    #[test]
+    fn control_characters_from_the_agent_never_reach_the_terminal() {
+        let summary = json!({"turn": 2, "new_messages": [
+            {"role": "tool", "tool_call_id": "c\u{1b}]0;x\u{7}", "content": "a\u{1b}[2Jb\r\u{9b}c\td\ne"}
+        ]});
+        let shown = PendingRequest { seq: 1, summary }.render();
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains("a\\u{1b}[2Jb\\u{d}\\u{9b}c\td\ne"),
+            "{shown}"
+        );
+        assert!(shown.contains("(c\\u{1b}]0;x\\u{7})"), "{shown}");
     }
 
     #[test]

@@ -121,6 +121,7 @@ struct Written<'a> {
 #[derive(Serialize)]
 struct WriteSummary<'a> {
     certificates: Vec<Written<'a>>,
+    already_certified: Vec<String>,
     records: usize,
     skipped: usize,
     warnings: &'a [Warning],
@@ -170,8 +171,25 @@ fn write(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
         )));
     }
     let mut written = Vec::new();
+    let mut already = Vec::new();
     let mut errors = Vec::new();
     for c in &made {
+        // Certifying the same results again must not count their attempts twice.
+        let existing = match store.read(&c.task_id) {
+            // A store that does not exist yet holds nothing.
+            Err(_) if !store.root().exists() => None,
+            Ok((stored, _)) => stored
+                .into_iter()
+                .find(|s| c.same_measurement(&s.certificate)),
+            Err(e) => {
+                errors.push(format!("{}: {e}", c.task_id));
+                continue;
+            }
+        };
+        if let Some(s) = existing {
+            already.push(s.file);
+            continue;
+        }
         match store.write(c) {
             Ok(path) => written.push(Written {
                 path: path.display().to_string(),
@@ -187,6 +205,7 @@ fn write(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
     match format {
         Format::Json => print_json(&WriteSummary {
             certificates: written,
+            already_certified: already,
             records: collected.records,
             skipped: collected.skipped,
             warnings: &collected.warnings,
@@ -216,7 +235,15 @@ fn write(args: &CertifyArgs, format: Format) -> Result<i32, ExitError> {
                     w.path.clone(),
                 ]);
             }
-            println!("{}", terminal_safe(&t.to_string()));
+            if !written.is_empty() {
+                println!("{}", terminal_safe(&t.to_string()));
+            }
+            for file in &already {
+                println!(
+                    "already certified by {}: not written again",
+                    terminal_safe(file)
+                );
+            }
             println!(
                 "wrote {} certificates into {} ({} records read, {} of other kinds skipped, {} warnings)",
                 written.len(),
