@@ -319,12 +319,13 @@ impl Collected {
                     budget: Some(budget),
                 };
                 // Independent campaigns of one configuration share episode
-                // keys, so the start time tells their attempts apart; a
-                // re-run (`rerun_of`) replaces its key's earlier record.
+                // keys (and may start in the same second), so only a record
+                // repeated exactly is the same attempt; a re-run (`rerun_of`)
+                // replaces its key's earlier record.
                 let identity = format!(
                     "episode\n{}\n{}",
                     text(&episode.key, "key")?,
-                    record.provenance.started_at
+                    serde_json::to_string(&record).unwrap_or_default()
                 );
                 (key, identity)
             }
@@ -1310,7 +1311,8 @@ mod tests {
             .map(|(i, reward)| {
                 let mut r = episode("b-v1", "builtin", 0, *reward);
                 r.provenance.task_digest = digest.clone();
-                r.provenance.started_at = format!("2026-01-0{}T00:00:00Z", i + 1);
+                // Two of them start in the same second.
+                r.provenance.started_at = format!("2026-01-0{}T00:00:00Z", i.min(1) + 1);
                 r
             })
             .collect();
