@@ -17,7 +17,7 @@
 //! Nothing here prints: unreadable lines, records of unknown tasks and
 //! unreadable certificates are [`Warning`]s naming the file and line.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -152,6 +152,8 @@ pub struct Attempt {
     pub file: String,
     /// What makes two records the same attempt.
     identity: String,
+    /// When the attempt started (RFC 3339), as its record says.
+    started_at: String,
 }
 
 impl Attempt {
@@ -399,6 +401,7 @@ impl Collected {
             origin: format!("{file}:{line}"),
             file: file.to_string(),
             identity: identity.clone(),
+            started_at: record.provenance.started_at.clone(),
         };
         let group = (task.row.task_id.clone(), key);
         let mut repeated = None;
@@ -409,19 +412,36 @@ impl Collected {
                 }
             }
         }
-        let rerun_key = record
-            .episode
-            .as_ref()
-            .filter(|e| e.rerun_of.is_some())
-            .and_then(|e| e.key.as_deref())
-            .map(|key| format!("episode\n{key}\n"));
-        if let (None, Some(prefix)) = (&repeated, &rerun_key) {
-            // A re-run episode replaces its key's latest earlier record, as in reports.
-            if let Some(list) = self.groups.get_mut(&group) {
-                if let Some(i) = list.iter().rposition(|a| a.identity.starts_with(prefix)) {
-                    let replaced = list.remove(i);
-                    self.seen.remove(&replaced.identity);
+        // A re-run episode replaces the record of the outcome it re-ran: one
+        // of its key, in the same file, that started when one of its earlier
+        // outcomes did. Campaigns of one configuration share keys, so nothing
+        // else of that key is replaced.
+        let rerun = record.episode.as_ref().and_then(|e| {
+            let first = e.rerun_of.as_ref()?;
+            let mut starts: Vec<&str> = vec![first.started_at.as_str()];
+            starts.extend(
+                e.previous_outcomes
+                    .iter()
+                    .flatten()
+                    .map(|o| o.started_at.as_str()),
+            );
+            Some((format!("episode\n{}\n", e.key.as_deref()?), starts))
+        });
+        let mut unmatched_rerun = false;
+        if let (None, Some((prefix, starts))) = (&repeated, &rerun) {
+            let replaced = self.groups.get_mut(&group).and_then(|list| {
+                let i = list.iter().rposition(|a| {
+                    a.identity.starts_with(prefix.as_str())
+                        && a.file == file
+                        && starts.contains(&a.started_at.as_str())
+                })?;
+                Some(list.remove(i))
+            });
+            match replaced {
+                Some(old) => {
+                    self.seen.remove(&old.identity);
                 }
+                None => unmatched_rerun = true,
             }
         }
         self.seen.insert(identity, group.clone());
@@ -431,6 +451,10 @@ impl Collected {
                 "repeats the record at {}; counted once",
                 earlier.origin
             )),
+            None if unmatched_rerun => Err(
+                "a re-run of an outcome this file does not hold; counted as an attempt of its own"
+                    .to_string(),
+            ),
             None => Ok(()),
         }
     }
@@ -480,6 +504,22 @@ pub struct Certificate {
     pub landed_rungs: BTreeMap<String, usize>,
     /// The results files the records came from.
     pub sources: Vec<String>,
+    /// Each attempt's identity, in the order of `rewards`: the first 16 bytes
+    /// of the SHA-256 of what makes the attempt itself (an episode record as a
+    /// whole; a prediction's instance, model, submission and start), in hex.
+    /// `certify --check` counts an attempt once however many certificates
+    /// hold it (empty in certificates written before it was recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_ids: Vec<String>,
+}
+
+/// The identity recorded for an attempt (see [`Certificate::attempt_ids`]).
+fn attempt_id(identity: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(identity.as_bytes())[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Certificate {
@@ -500,6 +540,11 @@ impl Certificate {
             .iter()
             .filter(|a| a.counts())
             .map(|a| a.hidden_pass_fraction)
+            .collect();
+        let attempt_ids: Vec<String> = attempts
+            .iter()
+            .filter(|a| a.counts())
+            .map(|a| attempt_id(&a.identity))
             .collect();
         let solved = rewards.iter().filter(|r| **r == 1.0).count();
         let mut verdicts = BTreeMap::new();
@@ -537,6 +582,7 @@ impl Certificate {
             verdicts,
             landed_rungs,
             sources,
+            attempt_ids,
         }
     }
 
@@ -545,6 +591,17 @@ impl Certificate {
     /// certifying harness may differ, so writing it again would count its
     /// attempts twice.
     pub fn same_measurement(&self, other: &Certificate) -> bool {
+        if !self.attempt_ids.is_empty() && !other.attempt_ids.is_empty() {
+            // The same attempts, however the results files were named.
+            let sorted = |ids: &[String]| {
+                let mut ids = ids.to_vec();
+                ids.sort();
+                ids
+            };
+            return self.task_digest == other.task_digest
+                && self.agent_key() == other.agent_key()
+                && sorted(&self.attempt_ids) == sorted(&other.attempt_ids);
+        }
         let mut a = self.clone();
         a.date.clone_from(&other.date);
         a.harness_version.clone_from(&other.harness_version);
@@ -610,6 +667,13 @@ impl Certificate {
                     "`hidden_pass_fractions` holds {f}, not a number in [0, 1]"
                 ));
             }
+        }
+        if !self.attempt_ids.is_empty() && self.attempt_ids.len() != self.attempts {
+            return Err(format!(
+                "`attempt_ids` has {} entries for {} attempts",
+                self.attempt_ids.len(),
+                self.attempts
+            ));
         }
         let solved = self.rewards.iter().filter(|r| **r == 1.0).count();
         if self.solved != solved {
@@ -1061,29 +1125,66 @@ pub fn certify_task(
         } else if needs_metering && c.budget != Some(task.row.token_budget) {
             unmetered.push(s.file.clone());
         } else {
-            fresh.push(c);
+            fresh.push((s.file.as_str(), c));
         }
     }
-    let attempts: usize = fresh.iter().map(|c| c.attempts).sum();
-    let solved: usize = fresh.iter().map(|c| c.solved).sum();
+    // An attempt is counted once however many certificates hold it (a copied
+    // certificate, or the same results certified under another path).
+    let mut seen_ids: HashSet<&str> = HashSet::new();
+    let mut counted = Vec::new();
+    let mut attempts = 0;
+    let mut solved = 0;
+    let mut fractions: Option<Vec<f64>> = Some(Vec::new());
     let mut landed_rungs = BTreeMap::new();
     let mut agents = Vec::new();
-    for c in &fresh {
-        for (rung, n) in &c.landed_rungs {
-            *landed_rungs.entry(rung.clone()).or_insert(0) += n;
+    for (file, c) in &fresh {
+        let has_fractions = c.hidden_pass_fractions.len() == c.attempts;
+        let new: Vec<usize> = if c.attempt_ids.len() == c.attempts && c.attempts > 0 {
+            (0..c.attempts)
+                .filter(|&i| seen_ids.insert(c.attempt_ids[i].as_str()))
+                .collect()
+        } else {
+            (0..c.attempts).collect()
+        };
+        if new.is_empty() && c.attempts > 0 {
+            warnings.push(Warning::new(
+                file,
+                None,
+                "repeats attempts other certificates hold; not counted again".to_string(),
+            ));
+            continue;
+        }
+        if new.len() < c.attempts {
+            warnings.push(Warning::new(
+                file,
+                None,
+                format!(
+                    "{} of its {} attempts are in other certificates; counted once, and its landed rungs are not counted",
+                    c.attempts - new.len(),
+                    c.attempts
+                ),
+            ));
+        } else {
+            for (rung, n) in &c.landed_rungs {
+                *landed_rungs.entry(rung.clone()).or_insert(0) += n;
+            }
+        }
+        for &i in &new {
+            attempts += 1;
+            if c.rewards.get(i) == Some(&1.0) {
+                solved += 1;
+            }
+            match (&mut fractions, has_fractions) {
+                (Some(list), true) => list.push(c.hidden_pass_fractions[i]),
+                (f, _) => *f = None,
+            }
         }
         let label = c.agent_key().label();
         if !agents.contains(&label) {
             agents.push(label);
         }
+        counted.push(*c);
     }
-    let fractions: Option<Vec<f64>> = fresh
-        .iter()
-        .map(|c| {
-            (c.hidden_pass_fractions.len() == c.attempts).then(|| c.hidden_pass_fractions.clone())
-        })
-        .collect::<Option<Vec<_>>>()
-        .map(|v| v.concat());
     let mean_hidden_pass = fractions
         .filter(|f| !f.is_empty())
         .map(|f| f.iter().sum::<f64>() / f.len() as f64);
@@ -1128,7 +1229,7 @@ pub fn certify_task(
             task_id: task.row.task_id.clone(),
             instance_id: task.row.instance_id.clone(),
             tier: tier.to_string(),
-            certificates: fresh.len(),
+            certificates: counted.len(),
             stale,
             unmetered,
             agents,
@@ -1266,7 +1367,8 @@ mod tests {
         crate::testutil::set_episode_field(
             &mut rerun,
             "rerun_of",
-            serde_json::json!({"verdict": "harness_error", "detail": "x", "started_at": "t"}),
+            serde_json::json!({"verdict": "harness_error", "detail": "x",
+                               "started_at": first.provenance.started_at.clone()}),
         );
         let mut other = episode("b-v1", "builtin", 1, 0.6);
         let mut cheaper = episode("b-v1", "builtin", 2, 0.2);
@@ -1336,6 +1438,102 @@ mod tests {
             "{:?}",
             c.warnings
         );
+    }
+
+    #[test]
+    fn a_rerun_replaces_only_the_outcome_it_reran_in_its_own_file() {
+        let ds = dataset();
+        let digest = ds.get("b-v1").unwrap().digest();
+        let mut graded = episode("b-v1", "builtin", 0, 0.6);
+        graded.provenance.task_digest = digest.clone();
+        graded.provenance.started_at = "2026-01-01T00:00:00Z".into();
+        // A re-run record of the same key from another campaign, of an outcome
+        // that started at another time: it replaces nothing.
+        let mut rerun = episode("b-v1", "builtin", 0, 1.0);
+        rerun.provenance.task_digest = digest.clone();
+        rerun.provenance.started_at = "2026-01-02T00:00:00Z".into();
+        crate::testutil::set_episode_field(
+            &mut rerun,
+            "rerun_of",
+            serde_json::json!({"verdict": "harness_error", "started_at": "2026-01-01T12:00:00Z"}),
+        );
+        let key = AgentKey {
+            agent: "builtin".into(),
+            model: "gpt-x".into(),
+            budget: Some(5000),
+        };
+        for files in [
+            ("a/results.jsonl", "a/results.jsonl"),
+            ("a/results.jsonl", "b/results.jsonl"),
+        ] {
+            let mut c = Collected::default();
+            c.add_bytes(&jsonl(std::slice::from_ref(&graded)), files.0, false, &ds);
+            c.add_bytes(&jsonl(std::slice::from_ref(&rerun)), files.1, false, &ds);
+            let rewards: Vec<f64> = c.groups[&("b".to_string(), key.clone())]
+                .iter()
+                .map(|a| a.reward)
+                .collect();
+            assert_eq!(rewards, vec![0.6, 1.0], "{files:?}");
+            assert!(c.warnings[0]
+                .message
+                .contains("re-run of an outcome this file does not hold"));
+        }
+        // The same graded record in another file is not replaced either, even
+        // when the start matches.
+        crate::testutil::set_episode_field(
+            &mut rerun,
+            "rerun_of",
+            serde_json::json!({"verdict": "harness_error", "started_at": "2026-01-01T00:00:00Z"}),
+        );
+        let mut c = Collected::default();
+        c.add_bytes(
+            &jsonl(std::slice::from_ref(&graded)),
+            "a/results.jsonl",
+            false,
+            &ds,
+        );
+        c.add_bytes(
+            &jsonl(std::slice::from_ref(&rerun)),
+            "b/results.jsonl",
+            false,
+            &ds,
+        );
+        assert_eq!(c.groups[&("b".to_string(), key.clone())].len(), 2);
+        let mut c = Collected::default();
+        c.add_bytes(&jsonl(&[graded, rerun]), "a/results.jsonl", false, &ds);
+        assert_eq!(c.groups[&("b".to_string(), key)].len(), 1);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn an_attempt_held_by_several_certificates_is_counted_once() {
+        let t = task("b", "T5");
+        let one = cert(&t, "x", &[0.5, 0.7, 0.9]);
+        assert_eq!(one.certificate.attempt_ids.len(), 3);
+        // A copy of the certificate, and one of the same attempts read from a
+        // path spelled differently.
+        let mut copy = one.clone();
+        copy.file = "x-copy.json".into();
+        let mut respelled = one.clone();
+        respelled.file = "x-2.json".into();
+        respelled.certificate.sources = vec!["./f".into()];
+        assert!(respelled.certificate.same_measurement(&one.certificate));
+        let (c, warnings) = certify_task(&t, &[one.clone(), copy, respelled], &Gates::default());
+        assert_eq!((c.attempts, c.certificates), (3, 1));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].message.contains("not counted again"),
+            "{warnings:?}"
+        );
+        // A certificate sharing part of its attempts counts its new ones only.
+        let mut partial = cert(&t, "y", &[0.5, 0.6]);
+        partial.certificate.attempt_ids[0] = one.certificate.attempt_ids[0].clone();
+        let (c, warnings) = certify_task(&t, &[one, partial], &Gates::default());
+        assert_eq!(c.attempts, 4);
+        assert!(warnings[0]
+            .message
+            .contains("1 of its 2 attempts are in other certificates"));
+        assert!(c.mean_hidden_pass.is_some());
     }
 
     fn set_budget(r: &mut ResultRecord, budget: i64) {
@@ -1441,7 +1639,8 @@ mod tests {
     fn cert(t: &Task, agent: &str, rewards: &[f64]) -> StoredCertificate {
         let attempts: Vec<Attempt> = rewards
             .iter()
-            .map(|r| Attempt {
+            .enumerate()
+            .map(|(i, r)| Attempt {
                 reward: *r,
                 // As if every public test passed and the build was healthy.
                 hidden_pass_fraction: ((*r - 0.2) / 0.8).clamp(0.0, 1.0),
@@ -1449,7 +1648,8 @@ mod tests {
                 landed_rung: (*r == 0.5).then(|| "cheat.diff".to_string()),
                 origin: "f:1".into(),
                 file: "f".into(),
-                identity: String::new(),
+                identity: format!("{agent}/{i}/{}", t.row.task_id),
+                started_at: String::new(),
             })
             .collect();
         let key = AgentKey {
@@ -1665,11 +1865,18 @@ mod tests {
         later.date = "2027-01-01T00:00:00Z".into();
         later.harness_version = "pdl-swe 9".into();
         assert!(later.same_measurement(&first));
-        let other = cert(&t, "x", &[0.5, 0.8]).certificate;
+        let mut other = cert(&t, "x", &[0.5, 0.8]).certificate;
+        other.attempt_ids[1] = "another attempt".into();
         assert!(!other.same_measurement(&first));
+        // The same attempts read through another spelling of the path.
         let mut elsewhere = first.clone();
-        elsewhere.sources = vec!["other/results.jsonl".into()];
-        assert!(!elsewhere.same_measurement(&first));
+        elsewhere.sources = vec!["./f".into()];
+        assert!(elsewhere.same_measurement(&first));
+        // Certificates written before attempt ids existed compare whole.
+        let (mut legacy, mut legacy_elsewhere) = (first.clone(), elsewhere.clone());
+        legacy.attempt_ids.clear();
+        legacy_elsewhere.attempt_ids.clear();
+        assert!(!legacy_elsewhere.same_measurement(&legacy));
     }
 
     #[test]

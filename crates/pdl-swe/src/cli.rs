@@ -413,6 +413,10 @@ pub enum ModelCommand {
         /// then stops and the workspace is graded).
         #[arg(long, value_name = "SUMMARY")]
         finish: Option<String>,
+        /// The request this reply answers (its number, shown by `model turn`):
+        /// when another request is waiting, nothing is sent.
+        #[arg(long, value_name = "N")]
+        request: Option<u64>,
         /// How long to wait for the next request, in seconds.
         #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
         wait: f64,

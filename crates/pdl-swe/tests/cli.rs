@@ -821,11 +821,26 @@ fn certify_writes_dated_certificates_and_check_applies_the_tier_gates() {
         "{}",
         text(&out)
     );
+    // Another spelling of the same results file is the same measurement.
+    let respelled = dir.path().join(".").join("results.jsonl");
+    let out = pdl_swe(&[
+        "certify",
+        respelled.to_str().unwrap(),
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("wrote 0 certificates"),
+        "{}",
+        text(&out)
+    );
     // A certificate never replaces an earlier one: a different measurement
     // under a taken name gets the next suffix.
     let first = other.join(T1).join("certificates").join(&names[0]);
     let mut edited: Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
-    edited["sources"] = serde_json::json!(["elsewhere.jsonl"]);
+    let ids = edited["attempt_ids"].as_array().unwrap().len();
+    edited["attempt_ids"] = serde_json::json!(vec!["0".repeat(32); ids]);
     std::fs::write(&first, serde_json::to_vec_pretty(&edited).unwrap()).unwrap();
     let out = pdl_swe(&[
         "certify",

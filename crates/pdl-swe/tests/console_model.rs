@@ -209,6 +209,27 @@ fn a_console_model_episode_is_answered_through_the_mailbox_and_metered() {
         "tools are shown once: {shown}"
     );
 
+    // A reply written for a request that is no longer waiting is not sent.
+    let late = pdl_swe(
+        &[
+            "model",
+            "reply",
+            "--mailbox",
+            &mailbox_arg,
+            "--request",
+            "1",
+            "--shell",
+            "ls",
+        ],
+        None,
+    );
+    assert_eq!(late.status.code(), Some(2), "{}", text(&late));
+    assert!(
+        text(&late).contains("request 1 is not waiting for a reply (request 2 is)"),
+        "{}",
+        text(&late)
+    );
+
     let edit = dir.path().join("edit.json");
     std::fs::write(
         &edit,

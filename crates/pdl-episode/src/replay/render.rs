@@ -351,14 +351,18 @@ pub(crate) fn output_cap(api: ApiKind, request: &Value) -> Option<u64> {
         .min()
 }
 
-/// The estimated output tokens of a reply: its text and tool-call arguments at
-/// four bytes a token, at least 1.
+/// The estimated output tokens of a reply: its text and its tool calls
+/// (arguments, names and ids) at four bytes a token, at least 1.
 pub(crate) fn estimated_output(reply: &Reply) -> u64 {
     let bytes = reply.content.as_deref().map_or(0, str::len)
         + reply
             .tool_calls
             .iter()
-            .map(|call| arguments_text(call).len())
+            .map(|call| {
+                arguments_text(call).len()
+                    + call.name.len()
+                    + call.id.as_deref().map_or(0, str::len)
+            })
             .sum::<usize>();
     tokens_for_bytes(bytes).max(1)
 }

@@ -73,6 +73,7 @@ pub fn run(cmd: &ModelCommand) -> Result<i32, ExitError> {
             shell,
             say,
             finish,
+            request,
             wait,
         } => {
             let mailbox = ConsoleMailbox::open(mailbox).map_err(ExitError::usage)?;
@@ -99,7 +100,9 @@ pub fn run(cmd: &ModelCommand) -> Result<i32, ExitError> {
                 json!({"content": say.as_deref().unwrap_or_default()}).to_string()
             };
             let wait_for = seconds(*wait)?;
-            let seq = mailbox.submit(&text).map_err(ExitError::usage)?;
+            let seq = mailbox
+                .submit_to(&text, *request)
+                .map_err(ExitError::usage)?;
             let next = mailbox
                 .wait_for_request_after_reply(seq, wait_for)
                 .map_err(anyhow::Error::from)?;
