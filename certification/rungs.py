@@ -19,6 +19,7 @@ reward as graded and its note. The spec is a JSON list of
         --results certification/batches/b2/results.jsonl \
         --diffs certification/batches/b2/diffs --spec rungs.json
 
+A ladder registered from an earlier batch is extended with `--append`.
 `pdl-swe calibrate` then checks that every rung lands on its reward.
 """
 
@@ -81,10 +82,27 @@ def groups(args):
                 print(f"  fails {t.split('::')[-1]}")
 
 
+def replace_top_level(path, text, key, new):
+    """`text` with the block of top-level `key` (its line and the indented or
+    listed lines under it) replaced by `new`; the rest of the manifest keeps its
+    layout, which a YAML round trip would not."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(key + ":")]
+    if len(starts) != 1:
+        sys.exit(f"{path}: expected one top-level `{key}:`")
+    end = starts[0] + 1
+    while end < len(lines) and lines[end][:1] in (" ", "-"):
+        end += 1
+    return "".join(lines[: starts[0]]) + new + "".join(lines[end:])
+
+
 def register(args):
     m = load_manifest(args.task)
-    if m.get("ladder") or m.get("graded_ladder_rungs"):
-        sys.exit(f"{args.task}/manifest.yaml: the ladder is not empty; register rungs once, from one batch")
+    existing = m.get("ladder") or []
+    if (existing or m.get("graded_ladder_rungs")) and not args.append:
+        sys.exit(f"{args.task}/manifest.yaml: the ladder is not empty; pass --append to add rungs "
+                 "from another batch")
+    taken = {r["name"] for r in existing}
     with open(args.spec) as f:
         spec = json.load(f)
     by_digest = attempts_by_digest(args.diffs, m["instance_id"])
@@ -98,6 +116,8 @@ def register(args):
         if r["verdict"] != "graded" or r["reward"] >= 1.0:
             sys.exit(f"{args.spec}: attempt {entry['attempt']} scored {r['reward']} ({r['verdict']}): not a rung")
         name = entry["name"] if entry["name"].endswith(".diff") else entry["name"] + ".diff"
+        if name in taken:
+            sys.exit(f"{args.spec}: a rung named {name} is already registered")
         src = os.path.join(args.diffs, m["instance_id"], entry["attempt"] + ".diff")
         with open(src) as f:
             diff = f.read()
@@ -108,12 +128,11 @@ def register(args):
     path = os.path.join(args.task, "manifest.yaml")
     with open(path) as f:
         text = f.read()
-    rendered = yaml.safe_dump({"ladder": ladder}, sort_keys=False, width=120, allow_unicode=True)
-    names = yaml.safe_dump({"graded_ladder_rungs": [l["name"] for l in ladder]}, sort_keys=False)
-    for old, new in [("graded_ladder_rungs: []\n", names), ("ladder: []\n", rendered)]:
-        if text.count(old) != 1:
-            sys.exit(f"{path}: expected one line `{old.strip()}`")
-        text = text.replace(old, new)
+    whole = existing + ladder
+    rendered = yaml.safe_dump({"ladder": whole}, sort_keys=False, width=120, allow_unicode=True)
+    names = yaml.safe_dump({"graded_ladder_rungs": [l["name"] for l in whole]}, sort_keys=False)
+    text = replace_top_level(path, text, "graded_ladder_rungs", names)
+    text = replace_top_level(path, text, "ladder", rendered)
     with open(path, "w") as f:
         f.write(text)
     for l in ladder:
@@ -130,6 +149,8 @@ def main():
     r = sub.add_parser("register")
     for a in ("--task", "--results", "--diffs", "--spec"):
         r.add_argument(a, required=True)
+    r.add_argument("--append", action="store_true",
+                   help="add to a ladder registered from an earlier batch")
     args = ap.parse_args()
     {"groups": groups, "register": register}[args.cmd](args)
 

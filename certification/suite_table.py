@@ -26,7 +26,7 @@ def review_verdict(task_dir):
     if not os.path.isdir(folder):
         return "-"
     implied = not_implied = 0
-    rewritten = False
+    resolutions = set()
     links = []
     for name in sorted(os.listdir(folder)):
         with open(os.path.join(folder, name)) as f:
@@ -36,12 +36,14 @@ def review_verdict(task_dir):
             continue
         implied += int(m.group(1))
         not_implied += int(m.group(2))
-        rewritten |= "## Resolution" in text and m.group(2) != "0"
+        if "## Resolution" in text and m.group(2) != "0":
+            resolution = text.split("## Resolution", 1)[1]
+            resolutions.add("dropped" if "dropped" in resolution else "rewritten")
         label = "review" if name == "fairness.md" else name[:-3].replace("fairness-", "review ")
         links.append(f"[{label}](../tasks/{os.path.basename(task_dir)}/reviews/{name})")
     if not links:
         return "-"
-    fixed = ", rewritten" if rewritten else ""
+    fixed = "".join(f", {r}" for r in sorted(resolutions, reverse=True))
     return f"{implied} implied, {not_implied} not implied{fixed} ({', '.join(links)})"
 
 
