@@ -24,6 +24,13 @@ import os
 import sys
 
 
+def identity(record):
+    """What makes an episode record one attempt: the whole record. The
+    episode's `key` names its job (task, agent, model, sample) and is the same
+    for every attempt of one configuration, so it cannot tell them apart."""
+    return json.dumps(record, sort_keys=True)
+
+
 def conversation(mailbox):
     requests = os.path.join(mailbox, "requests")
     replies = os.path.join(mailbox, "replies")
@@ -58,21 +65,27 @@ def main():
     seen = set()
     if os.path.exists(results_path):
         with open(results_path) as f:
-            seen = {json.loads(l)["episode"]["key"] for l in f if l.strip()}
+            seen = {identity(json.loads(l)) for l in f if l.strip()}
+    # Every folder is read before anything is written, so a wrong argument (a
+    # log file, an episode still running) leaves the batch as it was.
+    planned = []
+    for folder in args.episodes:
+        results = os.path.join(folder, "run", "results.jsonl")
+        if not os.path.isfile(results):
+            sys.exit(f"{folder}: not an episode folder (no run/results.jsonl); nothing was added")
+        with open(results) as f:
+            records = [json.loads(l) for l in f if l.strip()]
+        episodes = [r for r in records if r.get("kind") == "episode"]
+        if len(episodes) != 1:
+            sys.exit(f"{folder}: expected one episode record, found {len(episodes)}; nothing was added")
+        planned.append((folder, episodes[0]))
     added = 0
     with open(results_path, "a") as out:
-        for folder in args.episodes:
+        for folder, record in planned:
             attempt = os.path.basename(os.path.normpath(folder))
             run = os.path.join(folder, "run")
-            records = []
-            with open(os.path.join(run, "results.jsonl")) as f:
-                records = [json.loads(l) for l in f if l.strip()]
-            episodes = [r for r in records if r.get("kind") == "episode"]
-            if len(episodes) != 1:
-                sys.exit(f"{folder}: expected one episode record, found {len(episodes)}")
-            record = episodes[0]
             instance = record["instance_id"]
-            if record["episode"]["key"] in seen:
+            if identity(record) in seen:
                 print(f"{attempt}: already in the batch; skipped")
                 continue
             diff_dir = os.path.join(args.batch, "diffs", instance)
