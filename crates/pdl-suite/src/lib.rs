@@ -56,4 +56,15 @@ mod tests {
         assert!(dataset.errors.is_empty(), "{:#?}", dataset.errors);
         assert!(!dataset.tasks.is_empty());
     }
+
+    /// A task that moves between tiers (a measurement can move it) must leave
+    /// the suite with the card's mix, or another task must move the other way.
+    #[test]
+    fn the_suite_keeps_the_tier_mix_of_the_card() {
+        let dataset = super::bundled();
+        let count = |tier: &str| dataset.tasks.iter().filter(|t| t.row.tier == tier).count();
+        let mix: Vec<usize> = ["T1", "T2", "T3", "T4", "T5"].map(count).to_vec();
+        assert_eq!(dataset.tasks.len(), 18);
+        assert_eq!(mix, [1, 2, 10, 2, 3], "tasks per tier, T1 to T5");
+    }
 }
