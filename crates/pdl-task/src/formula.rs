@@ -86,28 +86,25 @@ impl Fraction {
     }
 }
 
-impl std::ops::Add for Fraction {
-    type Output = Fraction;
-
-    /// Exact sum.
-    fn add(self, other: Fraction) -> Fraction {
+impl Fraction {
+    /// The exact sum, or `None` when it does not fit in `i128` (a formula with
+    /// long coefficients over large test counts can get there).
+    pub fn checked_add(self, other: Fraction) -> Option<Fraction> {
         let g = gcd(self.den, other.den);
-        let den = self.den / g * other.den;
-        Fraction::new(
-            self.num * (den / self.den) + other.num * (den / other.den),
-            den,
-        )
+        let den = (self.den / g).checked_mul(other.den)?;
+        let a = self.num.checked_mul(den / self.den)?;
+        let b = other.num.checked_mul(den / other.den)?;
+        Some(Fraction::new(a.checked_add(b)?, den))
     }
-}
 
-impl std::ops::Mul for Fraction {
-    type Output = Fraction;
-
-    /// Exact product.
-    fn mul(self, other: Fraction) -> Fraction {
+    /// The exact product, or `None` when it does not fit in `i128`.
+    pub fn checked_mul(self, other: Fraction) -> Option<Fraction> {
         let a = Fraction::new(self.num, other.den);
         let b = Fraction::new(other.num, self.den);
-        Fraction::new(a.num * b.num, a.den * b.den)
+        Some(Fraction::new(
+            a.num.checked_mul(b.num)?,
+            a.den.checked_mul(b.den)?,
+        ))
     }
 }
 
@@ -258,23 +255,35 @@ impl RewardFormula {
         Ok(RewardFormula { terms })
     }
 
-    /// The sum of the coefficients, exact.
-    pub fn coefficient_sum(&self) -> Fraction {
+    /// The sum of the coefficients, exact (`None` if it does not fit in
+    /// `i128`, which parsed coefficients of at most 30 digits never reach:
+    /// their denominators are powers of ten).
+    pub fn coefficient_sum(&self) -> Option<Fraction> {
         self.terms
             .iter()
-            .fold(Fraction::ZERO, |acc, t| acc + t.coefficient)
+            .try_fold(Fraction::ZERO, |acc, t| acc.checked_add(t.coefficient))
     }
 
-    /// The reward as an exact fraction.
-    pub fn evaluate_exact(&self, inputs: &RewardInputs) -> Fraction {
-        self.terms.iter().fold(Fraction::ZERO, |acc, t| {
-            acc + t.coefficient * inputs.get(t.variable)
+    /// The reward as an exact fraction, or `None` when the exact value does
+    /// not fit in `i128`.
+    pub fn evaluate_exact(&self, inputs: &RewardInputs) -> Option<Fraction> {
+        self.terms.iter().try_fold(Fraction::ZERO, |acc, t| {
+            acc.checked_add(t.coefficient.checked_mul(inputs.get(t.variable))?)
         })
     }
 
-    /// The reward as the nearest `f64`.
+    /// The reward as the nearest `f64`: from the exact fraction, or, when that
+    /// does not fit, summed in floating point (never a wrapped or panicking
+    /// result).
     pub fn evaluate(&self, inputs: &RewardInputs) -> f64 {
-        self.evaluate_exact(inputs).to_f64()
+        match self.evaluate_exact(inputs) {
+            Some(exact) => exact.to_f64(),
+            None => self
+                .terms
+                .iter()
+                .map(|t| t.coefficient.to_f64() * inputs.get(t.variable).to_f64())
+                .sum(),
+        }
     }
 }
 
@@ -301,7 +310,7 @@ mod tests {
         let f = RewardFormula::parse(STANDARD).unwrap();
         assert_eq!(f.terms.len(), 3);
         assert_eq!(f.terms[0].coefficient, Fraction::new(4, 5));
-        assert_eq!(f.coefficient_sum(), Fraction::ONE);
+        assert_eq!(f.coefficient_sum(), Some(Fraction::ONE));
         assert_eq!(f.to_string(), STANDARD);
     }
 
@@ -316,7 +325,7 @@ mod tests {
             "0.80 hidden_pass_fraction+0.15 public_regression+0.05 build_health",
         )
         .unwrap();
-        assert_eq!(spaced.coefficient_sum(), Fraction::ONE);
+        assert_eq!(spaced.coefficient_sum(), Some(Fraction::ONE));
     }
 
     #[test]
@@ -354,11 +363,31 @@ mod tests {
     fn partial_rewards_round_once() {
         let f = RewardFormula::parse(STANDARD).unwrap();
         let rung = RewardInputs::from_counts(1, 3, 6, 6, true);
-        assert_eq!(f.evaluate_exact(&rung), Fraction::new(7, 15));
+        assert_eq!(f.evaluate_exact(&rung), Some(Fraction::new(7, 15)));
         assert_eq!(f.evaluate(&rung), 7.0 / 15.0);
         let broken = RewardInputs::from_counts(0, 3, 3, 6, false);
         assert_eq!(f.evaluate(&broken), 0.075);
         let no_public = RewardInputs::from_counts(1, 1, 0, 0, true);
         assert_eq!(f.evaluate(&no_public), 1.0);
+    }
+
+    #[test]
+    fn long_coefficients_over_large_counts_do_not_overflow() {
+        // Coefficients of 29 decimals over prime test counts near 100,000:
+        // the common denominator passes i128, so the reward comes from the
+        // floating-point sum instead of a wrapped (or, in debug, panicking) one.
+        let f = RewardFormula::parse(
+            "0.12345678901234567890123456789*hidden_pass_fraction + \
+             0.87654321098765432109876543211*public_regression",
+        )
+        .unwrap();
+        assert_eq!(f.coefficient_sum(), Some(Fraction::ONE));
+        let inputs = RewardInputs::from_counts(99990, 99991, 99988, 99989, true);
+        assert_eq!(f.evaluate_exact(&inputs), None);
+        let reward = f.evaluate(&inputs);
+        let expected = 0.123_456_789_012_345_68 * (99990.0 / 99991.0)
+            + 0.876_543_210_987_654_3 * (99988.0 / 99989.0);
+        assert!((reward - expected).abs() < 1e-12, "{reward} vs {expected}");
+        assert!((0.0..=1.0).contains(&reward));
     }
 }

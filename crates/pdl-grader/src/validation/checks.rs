@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use pdl_task::diff::parse_patch;
 use pdl_task::task::HIDDEN_DIR;
-use pdl_task::{RewardFormula, Task};
+use pdl_task::{Fraction, RewardFormula, Task};
 use serde::Serialize;
 
 use super::calibration::NOOP_REWARD;
@@ -161,8 +161,9 @@ fn static_checks_into(task: &Task, c: &mut Checker) {
     match RewardFormula::parse(&r.reward_formula) {
         Ok(f) => {
             let sum = f.coefficient_sum();
-            c.check("formula", sum.num == sum.den, || {
-                format!("coefficients sum to {}/{} instead of 1", sum.num, sum.den)
+            c.check("formula", sum == Some(Fraction::ONE), || match sum {
+                Some(s) => format!("coefficients sum to {}/{} instead of 1", s.num, s.den),
+                None => "the coefficients' sum does not fit an exact fraction".into(),
             });
         }
         Err(e) => c.check("formula", false, || e.to_string()),
