@@ -27,11 +27,14 @@ pub enum DatasetFormat {
 }
 
 impl DatasetFormat {
-    /// The format a path names: `.parquet`, `.jsonl` (or `.json`), else a folder.
+    /// The format a path names: `.parquet`, `.jsonl` (or `.ndjson`), else a
+    /// folder. `.json` names none: a JSON document is not one of the forms, and
+    /// writing a folder of task trees under that name would mislead.
     pub fn of_path(path: &Path) -> Option<DatasetFormat> {
         match path.extension().and_then(|e| e.to_str()) {
             Some("parquet") => Some(DatasetFormat::Parquet),
             Some("jsonl") | Some("ndjson") => Some(DatasetFormat::Jsonl),
+            Some("json") => None,
             Some(_) if path.is_file() => None,
             _ => Some(DatasetFormat::Tree),
         }
@@ -413,6 +416,27 @@ mod tests {
             },
             extras: TaskExtras::default(),
         }
+    }
+
+    #[test]
+    fn a_json_destination_is_refused_rather_than_written_as_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suite.json");
+        let errors = write_dataset(&[task("a")], &path).unwrap_err();
+        assert!(
+            matches!(errors[..], [WriteError::UnknownFormat(_)]),
+            "{errors:?}"
+        );
+        assert!(!path.exists());
+        assert_eq!(
+            DatasetFormat::of_path(Path::new("x.jsonl")),
+            Some(DatasetFormat::Jsonl)
+        );
+        assert_eq!(DatasetFormat::of_path(Path::new("x.json")), None);
+        assert_eq!(
+            DatasetFormat::of_path(Path::new("suite")),
+            Some(DatasetFormat::Tree)
+        );
     }
 
     /// Each case: a change to a healthy task, the field named, and a part of
