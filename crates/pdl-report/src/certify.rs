@@ -516,10 +516,7 @@ pub struct Certificate {
 /// The identity recorded for an attempt (see [`Certificate::attempt_ids`]).
 fn attempt_id(identity: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(identity.as_bytes())[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&Sha256::digest(identity.as_bytes())[..16])
 }
 
 impl Certificate {

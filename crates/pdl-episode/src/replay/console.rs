@@ -637,45 +637,30 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ConsoleError> {
 /// Creates `path` with `bytes`; fails if anything (a link included) is there.
 fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?;
-    file.write_all(bytes)
+    pdl_fs::open_file_nofollow(path, pdl_fs::OpenMode::CreateNew)?.write_all(bytes)
 }
 
 /// Reads a regular file of at most [`MAX_FILE_BYTES`] without following a
 /// link or blocking on a FIFO; `None` when it does not exist.
 fn read_regular(path: &Path) -> Result<Option<String>, ConsoleError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let err = |source: io::Error| ConsoleError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(err(e)),
+    let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(err(io::Error::other("not a file path")));
     };
-    let meta = file.metadata().map_err(err)?;
-    if !meta.file_type().is_file() {
-        return Err(err(io::Error::other("not a regular file")));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(err(io::Error::other(format!(
-            "larger than {MAX_FILE_BYTES} bytes"
-        ))));
-    }
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(err)?;
-    Ok(Some(text))
+    let bytes =
+        match pdl_fs::Dir::open(folder).and_then(|d| d.read(Path::new(name), MAX_FILE_BYTES)) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(err(e.into())),
+        };
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, e)))
+        })
+        .transpose()
 }
 
 #[cfg(test)]
